@@ -1,0 +1,1 @@
+//! zgix proxy core.

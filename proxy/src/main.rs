@@ -1,0 +1,2 @@
+//! The `zgix` binary.
+fn main() {}
