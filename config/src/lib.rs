@@ -1,1 +1,34 @@
 //! zgix configuration: JSON into typed structs, with `validate()` reporting every problem with its JSON path.
+//!
+//! The document is read in two passes. [`Config::from_json`] first deserializes
+//! with serde (`deny_unknown_fields` everywhere), which can only report the first
+//! syntax or type error, with its JSON path and line/column. It then runs
+//! [`Config::validate`], which checks every semantic rule (bounds, cross
+//! references, header syntax) and returns *all* violations at once, each with the
+//! JSON path of the offending value, so an operator fixes a file in one round.
+//!
+//! The operator-facing reference for every field lives in `docs/config.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod filter;
+mod limits;
+mod load;
+mod model;
+mod validate;
+
+pub use error::ConfigError;
+pub use filter::{
+    Action, Allow, HeaderMatch, HeaderTest, Match, PathMatch, Redirect, Reject, RequestFilter,
+    RequestHeaders, Respond, ResponseHeaders, Rewrite, Route, FORBIDDEN_EDIT_HEADERS,
+    MAX_FILTER_HEADER_VALUE_BYTES, MAX_RESPOND_BODY_BYTES,
+};
+pub use limits::*;
+pub use model::{
+    default_waf_status, Admin, ClientFilter, Cluster, Config, ConnLimit, HttpListener, Lb,
+    Listener, RateLimit, Waf, DEFAULT_WAF_STATUS, MAX_RATE_LIMIT_TOKENS, MAX_RATE_LIMIT_WINDOW_MS,
+    MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, WAF_STATUSES,
+};
+pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};

@@ -1,0 +1,255 @@
+//! Global size and time limits: `DEFAULT_*` values, accepted bounds, and the `Limits` struct.
+
+use serde::{Deserialize, Serialize};
+
+/// One KiB.
+const KIB: usize = 1024;
+/// One MiB.
+const MIB: usize = 1024 * 1024;
+
+/// 8 KiB request line: the figure RFC 9112 §3 recommends supporting at
+/// minimum, and what nginx (`large_client_header_buffers`) and Apache accept.
+pub const DEFAULT_MAX_REQUEST_LINE: usize = 8 * KIB;
+/// Shortest accepted `max_request_line`: below 64 bytes ordinary API paths fail.
+pub const MIN_MAX_REQUEST_LINE: usize = 64;
+/// Longest accepted `max_request_line`: longer URLs are abuse, not traffic.
+pub const MAX_MAX_REQUEST_LINE: usize = 64 * KIB;
+
+/// 32 KiB head: room for large cookies and tracing headers while a slowloris
+/// client still pins only 32 KiB per connection.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 32 * KIB;
+/// Largest accepted `max_header_bytes`.
+pub const MAX_MAX_HEADER_BYTES: usize = MIB;
+
+/// 100 headers: the parser's fixed header array; real browsers send 10-30.
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+/// Most accepted `max_headers`: the header array lives on each connection.
+pub const MAX_MAX_HEADERS: usize = 1024;
+
+/// 1 GiB body: large uploads pass, while a runaway or hostile stream stops.
+/// Bodies are streamed, so this costs no memory.
+pub const DEFAULT_MAX_REQUEST_BODY: u64 = 1024 * 1024 * 1024;
+
+/// 64 KiB response head: origins set more cookies than clients send; past this
+/// the origin is misbehaving and the client gets 502.
+pub const DEFAULT_MAX_RESPONSE_HEADER_BYTES: usize = 64 * KIB;
+/// Smallest accepted `max_response_header_bytes`: a status line plus a few headers.
+pub const MIN_MAX_RESPONSE_HEADER_BYTES: usize = KIB;
+/// Largest accepted `max_response_header_bytes`.
+pub const MAX_MAX_RESPONSE_HEADER_BYTES: usize = MIB;
+
+/// 16 KiB per direction: four pages, so one `recv`/`send` moves about eleven
+/// 1460-byte segments (syscall cost amortised), while 10 000 connections hold
+/// only about 320 MiB of buffers.
+pub const DEFAULT_BUFFER_BYTES: usize = 16 * KIB;
+/// Smallest accepted `buffer_bytes`: below 1 KiB syscall overhead dominates.
+pub const MIN_BUFFER_BYTES: usize = KIB;
+/// Largest accepted `buffer_bytes`.
+pub const MAX_BUFFER_BYTES: usize = MIB;
+
+/// 10 s for the whole request head: generous for a mobile client, short enough
+/// that a slowloris client trickling bytes is cut off.
+pub const DEFAULT_CLIENT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// 60 s keep-alive idle: matches common load balancer idle timeouts, so zgix
+/// is not the side that closes a connection a client is about to reuse.
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// 30 s between body reads: a stalled upload is abandoned, a slow one is not.
+pub const DEFAULT_CLIENT_BODY_TIMEOUT_MS: u64 = 30_000;
+/// 3 s to connect: a healthy origin on the same network answers a SYN in
+/// milliseconds; three seconds also covers one lost SYN (1 s initial RTO).
+pub const DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS: u64 = 3_000;
+/// 30 s to the first response head: the origin may think that long.
+pub const DEFAULT_UPSTREAM_HEADER_TIMEOUT_MS: u64 = 30_000;
+/// 60 s gap while streaming a response, and lifetime of an idle pooled
+/// connection: shorter than nginx's 75 s `keepalive_timeout`, so zgix usually
+/// retires a pooled connection before the origin closes it under a request.
+pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// 64 idle upstream connections per endpoint per shard: covers a burst of
+/// concurrent requests without a handshake each, bounded so one shard cannot
+/// hold thousands of origin sockets.
+pub const DEFAULT_UPSTREAM_POOL_IDLE_PER_ENDPOINT: usize = 64;
+/// Largest accepted `upstream_pool_idle_per_endpoint`.
+pub const MAX_UPSTREAM_POOL_IDLE_PER_ENDPOINT: usize = 65_536;
+/// 10 s drain on SIGTERM: fits inside the common 30 s orchestrator grace
+/// period with room for the process to exit.
+pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
+/// 3 s for the PROXY header: the load balancer in front sends it at once.
+pub const DEFAULT_PROXY_PROTOCOL_TIMEOUT_MS: u64 = 3_000;
+/// Shortest accepted timeout.
+pub const MIN_TIMEOUT_MS: u64 = 1;
+/// Longest accepted timeout: one hour.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// 4096 rate-limit slots: tens of KiB of atomics, enough distinct clients for
+/// one window on a typical edge box; a full table fails open and is counted
+/// (`zgix_l7_rate_limit_full`), so undersizing is visible, never an outage.
+pub const DEFAULT_RATE_LIMIT_ENTRIES: usize = 4096;
+/// 4096 connection-limit slots, sized like the rate-limit table.
+pub const DEFAULT_CONN_LIMIT_ENTRIES: usize = 4096;
+/// Most admission table entries: 2^24 (16 Mi) slots is hundreds of MiB.
+pub const MAX_TABLE_ENTRIES: usize = 1 << 24;
+
+/// Global size and time limits. Every field is optional in JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Longest request line (method, target, version); past it: 414.
+    #[serde(default = "d_max_request_line")]
+    pub max_request_line: usize,
+    /// Longest request head, request line included; past it: 431.
+    #[serde(default = "d_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Most request header fields; past it: 431.
+    #[serde(default = "d_max_headers")]
+    pub max_headers: usize,
+    /// Largest request body; past it: 413.
+    #[serde(default = "d_max_request_body")]
+    pub max_request_body: u64,
+    /// Longest response head from an origin; past it: 502.
+    #[serde(default = "d_max_response_header_bytes")]
+    pub max_response_header_bytes: usize,
+    /// Streaming buffer per direction per connection. The client read buffer
+    /// is `max(max_header_bytes, buffer_bytes)`: see [`Limits::client_read_buffer_bytes`].
+    #[serde(default = "d_buffer_bytes")]
+    pub buffer_bytes: usize,
+    /// Deadline for the whole request head, from its first byte.
+    #[serde(default = "d_client_header_timeout_ms")]
+    pub client_header_timeout_ms: u64,
+    /// Keep-alive idle time between requests.
+    #[serde(default = "d_client_idle_timeout_ms")]
+    pub client_idle_timeout_ms: u64,
+    /// Longest gap between body reads from the client.
+    #[serde(default = "d_client_body_timeout_ms")]
+    pub client_body_timeout_ms: u64,
+    /// Upstream connect deadline; past it: 504.
+    #[serde(default = "d_upstream_connect_timeout_ms")]
+    pub upstream_connect_timeout_ms: u64,
+    /// Deadline for the first response head; past it: 504.
+    #[serde(default = "d_upstream_header_timeout_ms")]
+    pub upstream_header_timeout_ms: u64,
+    /// Longest gap while streaming a response body, and how long an idle
+    /// pooled upstream connection is kept.
+    #[serde(default = "d_upstream_idle_timeout_ms")]
+    pub upstream_idle_timeout_ms: u64,
+    /// Idle pooled connections kept per endpoint per shard; 0 disables pooling.
+    #[serde(default = "d_upstream_pool_idle_per_endpoint")]
+    pub upstream_pool_idle_per_endpoint: usize,
+    /// On SIGTERM, how long in-flight requests get before connections close.
+    #[serde(default = "d_drain_timeout_ms")]
+    pub drain_timeout_ms: u64,
+    /// Deadline for the PROXY protocol header after accept.
+    #[serde(default = "d_proxy_protocol_timeout_ms")]
+    pub proxy_protocol_timeout_ms: u64,
+    /// Slots in the shared rate-limit table.
+    #[serde(default = "d_rate_limit_entries")]
+    pub rate_limit_entries: usize,
+    /// Slots in the shared connection-limit table.
+    #[serde(default = "d_conn_limit_entries")]
+    pub conn_limit_entries: usize,
+}
+
+impl Limits {
+    /// Size of the client read buffer: it must hold a whole request head and
+    /// also serves as the request-body streaming buffer, so it is the larger of
+    /// `max_header_bytes` and `buffer_bytes`.
+    pub fn client_read_buffer_bytes(&self) -> usize {
+        self.max_header_bytes.max(self.buffer_bytes)
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_line: DEFAULT_MAX_REQUEST_LINE,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_headers: DEFAULT_MAX_HEADERS,
+            max_request_body: DEFAULT_MAX_REQUEST_BODY,
+            max_response_header_bytes: DEFAULT_MAX_RESPONSE_HEADER_BYTES,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            client_header_timeout_ms: DEFAULT_CLIENT_HEADER_TIMEOUT_MS,
+            client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
+            client_body_timeout_ms: DEFAULT_CLIENT_BODY_TIMEOUT_MS,
+            upstream_connect_timeout_ms: DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS,
+            upstream_header_timeout_ms: DEFAULT_UPSTREAM_HEADER_TIMEOUT_MS,
+            upstream_idle_timeout_ms: DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS,
+            upstream_pool_idle_per_endpoint: DEFAULT_UPSTREAM_POOL_IDLE_PER_ENDPOINT,
+            drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
+            proxy_protocol_timeout_ms: DEFAULT_PROXY_PROTOCOL_TIMEOUT_MS,
+            rate_limit_entries: DEFAULT_RATE_LIMIT_ENTRIES,
+            conn_limit_entries: DEFAULT_CONN_LIMIT_ENTRIES,
+        }
+    }
+}
+
+// serde's `default = "..."` takes a function path, not a constant.
+fn d_max_request_line() -> usize {
+    DEFAULT_MAX_REQUEST_LINE
+}
+fn d_max_header_bytes() -> usize {
+    DEFAULT_MAX_HEADER_BYTES
+}
+fn d_max_headers() -> usize {
+    DEFAULT_MAX_HEADERS
+}
+fn d_max_request_body() -> u64 {
+    DEFAULT_MAX_REQUEST_BODY
+}
+fn d_max_response_header_bytes() -> usize {
+    DEFAULT_MAX_RESPONSE_HEADER_BYTES
+}
+fn d_buffer_bytes() -> usize {
+    DEFAULT_BUFFER_BYTES
+}
+fn d_client_header_timeout_ms() -> u64 {
+    DEFAULT_CLIENT_HEADER_TIMEOUT_MS
+}
+fn d_client_idle_timeout_ms() -> u64 {
+    DEFAULT_CLIENT_IDLE_TIMEOUT_MS
+}
+fn d_client_body_timeout_ms() -> u64 {
+    DEFAULT_CLIENT_BODY_TIMEOUT_MS
+}
+fn d_upstream_connect_timeout_ms() -> u64 {
+    DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS
+}
+fn d_upstream_header_timeout_ms() -> u64 {
+    DEFAULT_UPSTREAM_HEADER_TIMEOUT_MS
+}
+fn d_upstream_idle_timeout_ms() -> u64 {
+    DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS
+}
+fn d_upstream_pool_idle_per_endpoint() -> usize {
+    DEFAULT_UPSTREAM_POOL_IDLE_PER_ENDPOINT
+}
+fn d_drain_timeout_ms() -> u64 {
+    DEFAULT_DRAIN_TIMEOUT_MS
+}
+fn d_proxy_protocol_timeout_ms() -> u64 {
+    DEFAULT_PROXY_PROTOCOL_TIMEOUT_MS
+}
+fn d_rate_limit_entries() -> usize {
+    DEFAULT_RATE_LIMIT_ENTRIES
+}
+fn d_conn_limit_entries() -> usize {
+    DEFAULT_CONN_LIMIT_ENTRIES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_object_equals_default() {
+        let l: Limits = serde_json::from_str("{}").unwrap();
+        assert_eq!(l, Limits::default());
+        assert_eq!(l.max_request_body, 1 << 30);
+    }
+
+    #[test]
+    fn client_read_buffer_is_the_larger() {
+        let mut l = Limits::default();
+        assert_eq!(l.client_read_buffer_bytes(), 32 * 1024);
+        l.buffer_bytes = 64 * 1024;
+        assert_eq!(l.client_read_buffer_bytes(), 64 * 1024);
+    }
+}

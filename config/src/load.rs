@@ -1,0 +1,89 @@
+//! Loading: JSON text or a file into a validated `Config`, and the CPU list shards run on.
+
+use std::path::Path;
+
+use crate::error::ConfigError;
+use crate::model::Config;
+
+impl Config {
+    /// Parses and validates a JSON document.
+    ///
+    /// A syntax or type error stops deserialization, so it is reported alone,
+    /// with the JSON path serde had reached and the line and column. A document
+    /// that deserializes is then validated, and every rule it breaks is
+    /// reported.
+    pub fn from_json(text: &str) -> Result<Config, Vec<ConfigError>> {
+        let config = deserialize(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads `path` and calls [`Config::from_json`]. A read failure is one
+    /// error whose path is empty and whose rule names the file.
+    pub fn from_file(path: &Path) -> Result<Config, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![ConfigError::new(
+                "",
+                format!("cannot read {}: {e}", path.display()),
+            )]
+        })?;
+        Config::from_json(&text)
+    }
+
+    /// CPUs to start one shard on each: `cpus` as given, or `0..n` where `n`
+    /// is [`std::thread::available_parallelism`] (which honours the process's
+    /// affinity mask and cgroup quota), or `[0]` if that is unknown.
+    pub fn shard_cpus(&self) -> Vec<usize> {
+        match &self.cpus {
+            Some(cpus) => cpus.clone(),
+            None => (0..available_cpus()).collect(),
+        }
+    }
+}
+
+/// The deserialization half of [`Config::from_json`], without validation.
+pub(crate) fn deserialize(text: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let config: Config = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        vec![serde_error(path, e.inner())]
+    })?;
+    // serde_path_to_error stops at the end of the value; trailing
+    // characters would otherwise pass unnoticed.
+    de.end().map_err(|e| vec![serde_error(String::new(), &e)])?;
+    Ok(config)
+}
+
+/// How many CPUs shards may use: `available_parallelism`, at least 1.
+pub(crate) fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// One `ConfigError` from a serde_json error. The position is rewritten as
+/// `(line L, column C)`. The path is kept wherever serde had one, syntax errors
+/// included (a stray key inside `action` is then located), and is `""` for the
+/// root and for errors about the document as a whole (end of input, trailing
+/// characters).
+fn serde_error(path: String, e: &serde_json::Error) -> ConfigError {
+    let message = e.to_string();
+    let mut rule = if e.line() == 0 {
+        message
+    } else {
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let bare = message.strip_suffix(&suffix).unwrap_or(&message);
+        format!("{bare} (line {}, column {})", e.line(), e.column())
+    };
+    // ipnet reports a bad CIDR as a bad IP address; say what is expected.
+    if rule.starts_with("invalid IP address syntax") {
+        rule = rule.replacen(
+            "invalid IP address syntax",
+            "not a CIDR network such as \"10.0.0.0/8\" or \"2001:db8::/32\"",
+            1,
+        );
+    }
+    let whole_document = path == "." || e.is_eof();
+    ConfigError {
+        path: if whole_document { String::new() } else { path },
+        rule,
+    }
+}

@@ -1,0 +1,179 @@
+//! The config document's shape: listeners, their admission controls, clusters.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::filter::RequestFilter;
+use crate::limits::Limits;
+
+/// The whole config document.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// CPUs to run one shard on each; `None` means every available CPU
+    /// (see [`Config::shard_cpus`]).
+    #[serde(default)]
+    pub cpus: Option<Vec<usize>>,
+    /// Admin/metrics HTTP endpoint; `None` disables it.
+    #[serde(default)]
+    pub admin: Option<Admin>,
+    /// Listening sockets; at least one.
+    pub listeners: Vec<Listener>,
+    /// Upstream clusters by name.
+    pub clusters: BTreeMap<String, Cluster>,
+    /// Global size and time limits.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// The admin endpoint (metrics, health).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// Address the admin endpoint listens on.
+    pub bind: SocketAddr,
+}
+
+/// One listening socket and what it serves.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    /// Address to listen on; port 0 asks the kernel for a free port.
+    pub bind: SocketAddr,
+    /// Expect a PROXY protocol header before the first request and use its
+    /// source address as the client's address.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// CIDR allow/deny lists checked before any request is read.
+    #[serde(default)]
+    pub clients: Option<ClientFilter>,
+    /// HTTP/1.1 proxying settings.
+    pub http: HttpListener,
+}
+
+/// Listener-level CIDR filter on the client's address.
+///
+/// A client matching any `deny` entry is refused; otherwise, if `allow` is
+/// non-empty, the client must match one of its entries. IPv6 entries are at most
+/// /64 long because a client's identity is its IPv6 /64.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFilter {
+    /// If non-empty, only these networks are served.
+    #[serde(default)]
+    pub allow: Vec<IpNet>,
+    /// These networks are never served; deny wins over allow.
+    #[serde(default)]
+    pub deny: Vec<IpNet>,
+}
+
+/// The HTTP side of a listener: default cluster, admission controls, filters.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpListener {
+    /// Cluster a request goes to unless a `route` filter says otherwise.
+    pub cluster: String,
+    /// Per-client token bucket; `None` disables rate limiting.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    /// Per-client concurrent connection cap; `None` disables it.
+    #[serde(default)]
+    pub conn_limit: Option<ConnLimit>,
+    /// Literal denylist over the request head; `None` disables it.
+    #[serde(default)]
+    pub waf: Option<Waf>,
+    /// Ordered request filters, walked after the admission controls.
+    #[serde(default)]
+    pub request_filters: Vec<RequestFilter>,
+}
+
+/// Largest `requests` and `burst`: one billion tokens.
+///
+/// The refill arithmetic multiplies a token count by an elapsed time in
+/// milliseconds bounded by `window_ms`; 10^9 × 8.64×10^7 ≈ 8.6×10^16 stays far
+/// below `u64::MAX` (≈1.8×10^19), even scaled by 100 for fixed-point tokens.
+pub const MAX_RATE_LIMIT_TOKENS: u64 = 1_000_000_000;
+/// Longest `window_ms`: one day. Longer windows are quota accounting, not rate
+/// limiting, and would not survive a restart anyway.
+pub const MAX_RATE_LIMIT_WINDOW_MS: u64 = 86_400_000;
+
+/// Token bucket: `requests` tokens are refilled evenly over every `window_ms`,
+/// and the bucket holds at most `burst` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Tokens added per window; 1..=[`MAX_RATE_LIMIT_TOKENS`].
+    pub requests: u64,
+    /// Window length in milliseconds; 1..=[`MAX_RATE_LIMIT_WINDOW_MS`].
+    pub window_ms: u64,
+    /// Bucket capacity (and the starting fill); 1..=[`MAX_RATE_LIMIT_TOKENS`].
+    pub burst: u64,
+}
+
+/// Per-client cap on connections held at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnLimit {
+    /// Connections one client identity may hold; at least 1.
+    pub max: u32,
+}
+
+/// Default WAF status: 403 Forbidden says "refused by policy" without implying
+/// the client can fix the request (400) or hiding that something matched (404).
+pub const DEFAULT_WAF_STATUS: u16 = 403;
+/// Statuses a WAF hit may be answered with.
+pub const WAF_STATUSES: [u16; 4] = [400, 403, 404, 429];
+/// Most literals in one WAF denylist. The matcher is built once at load; 64
+/// keeps it small and keeps the list reviewable by a human.
+pub const MAX_WAF_LITERALS: usize = 64;
+/// Longest WAF literal in bytes. Attack markers are short; a long literal is
+/// almost always a pasted payload that will never recur byte for byte.
+pub const MAX_WAF_LITERAL_BYTES: usize = 256;
+
+/// serde default for [`Waf::status`].
+pub fn default_waf_status() -> u16 {
+    DEFAULT_WAF_STATUS
+}
+
+/// WAF-lite: literal denylist over the request head.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Waf {
+    /// 1..=64 literals, each 1..=256 bytes, matched ASCII case-insensitively.
+    pub deny: Vec<String>,
+    /// Status for a hit: 400, 403 (default), 404 or 429.
+    #[serde(default = "default_waf_status")]
+    pub status: u16,
+}
+
+/// An upstream cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Origin addresses; non-empty and unique.
+    pub endpoints: Vec<SocketAddr>,
+    /// How a request picks an endpoint.
+    #[serde(default)]
+    pub lb: Lb,
+}
+
+/// Load-balancing policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lb {
+    /// Each shard cycles through the endpoints in order.
+    #[default]
+    RoundRobin,
+    /// Hash of the client identity (IPv4 /32, IPv6 /64) picks the endpoint.
+    SourceIp,
+}
+
+impl Config {
+    /// The cluster named `name`, if any.
+    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.get(name)
+    }
+}
