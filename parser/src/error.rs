@@ -1,0 +1,103 @@
+//! The parse error enum; each variant maps to one HTTP status.
+
+/// Why a message head or body was refused. The comment on each variant is the status the
+/// proxy answers to a client (a bad response from an origin is a 502 whatever the variant).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// 400: generic syntax error: bad request line, bad field name or value, obs-fold,
+    /// whitespace before a colon, bare CR or LF, NUL, bad request-target.
+    Malformed,
+    /// 400: ambiguous or invalid message framing: Content-Length with Transfer-Encoding,
+    /// differing or non-numeric Content-Length values, a request whose final transfer coding
+    /// is not chunked, chunked applied twice, Transfer-Encoding on HTTP/1.0.
+    BadFraming,
+    /// 501: a transfer coding zgix does not know (RFC 9112 §6.1).
+    UnknownCoding,
+    /// 400: HTTP/1.1 without Host, several Host fields, or an invalid Host value
+    /// (RFC 9112 §3.2).
+    BadHost,
+    /// 400: bad chunked framing: chunk-size, missing CRLF after data, oversized or malformed
+    /// chunk line or trailer (RFC 9112 §7.1).
+    BadChunk,
+    /// 414: the request line is longer than [`crate::Limits::max_request_line`].
+    UriTooLong,
+    /// 431: the head is longer than [`crate::Limits::max_header_bytes`] or has more than
+    /// [`crate::Limits::max_headers`] fields.
+    HeadersTooLarge,
+    /// 413: the declared or chunked body is larger than [`crate::Limits::max_body`].
+    BodyTooLarge,
+    /// 505: an HTTP version other than 1.0 and 1.1.
+    UnsupportedVersion,
+    /// 417: an HTTP/1.1 Expect field other than `100-continue` (RFC 9110 §10.1.1).
+    ExpectationFailed,
+}
+
+impl ParseError {
+    /// A short, fixed description for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParseError::Malformed => "malformed message",
+            ParseError::BadFraming => "ambiguous or invalid message framing",
+            ParseError::UnknownCoding => "unknown transfer coding",
+            ParseError::BadHost => "missing, repeated or invalid Host",
+            ParseError::BadChunk => "bad chunked encoding",
+            ParseError::UriTooLong => "request line too long",
+            ParseError::HeadersTooLarge => "header section too large",
+            ParseError::BodyTooLarge => "body too large",
+            ParseError::UnsupportedVersion => "unsupported HTTP version",
+            ParseError::ExpectationFailed => "unsupported expectation",
+        }
+    }
+
+    /// The status code a server answers with for this error on a request.
+    pub fn status(self) -> u16 {
+        match self {
+            ParseError::Malformed
+            | ParseError::BadFraming
+            | ParseError::BadHost
+            | ParseError::BadChunk => 400,
+            ParseError::UnknownCoding => 501,
+            ParseError::UriTooLong => 414,
+            ParseError::HeadersTooLarge => 431,
+            ParseError::BodyTooLarge => 413,
+            ParseError::UnsupportedVersion => 505,
+            ParseError::ExpectationFailed => 417,
+        }
+    }
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_has_text_and_status() {
+        let all = [
+            ParseError::Malformed,
+            ParseError::BadFraming,
+            ParseError::UnknownCoding,
+            ParseError::BadHost,
+            ParseError::BadChunk,
+            ParseError::UriTooLong,
+            ParseError::HeadersTooLarge,
+            ParseError::BodyTooLarge,
+            ParseError::UnsupportedVersion,
+            ParseError::ExpectationFailed,
+        ];
+        for e in all {
+            assert!(!e.as_str().is_empty());
+            assert_eq!(e.to_string(), e.as_str());
+            assert!((400..=505).contains(&e.status()));
+        }
+        assert_eq!(ParseError::UnknownCoding.status(), 501);
+        assert_eq!(ParseError::HeadersTooLarge.status(), 431);
+    }
+}
