@@ -1,0 +1,82 @@
+//! The admin listener (shard 0 only): `GET /metrics` in the Prometheus text format and `GET /health`.
+
+use std::rc::Rc;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use zgix_parser::{RequestHead, Status};
+
+use crate::metrics::TableGauges;
+use crate::shard::Shard;
+
+/// Accepts admin connections until the shard drains.
+pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            let _ = shard.shutdown.acquire(1).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(s)) => {
+                glommio::spawn_local(handle(shard.clone(), s)).detach();
+            }
+            Some(Err(_)) => glommio::timer::sleep(std::time::Duration::from_millis(10)).await,
+        }
+    }
+}
+
+async fn handle(shard: Rc<Shard>, mut s: TcpStream) {
+    let _ = s.set_read_timeout(Some(shard.rt.timeouts.client_header));
+    let mut buf = vec![0u8; 8192];
+    let mut head = RequestHead::new(&shard.rt.request_limits);
+    let mut end = 0;
+    loop {
+        match s.read(&mut buf[end..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => end += n,
+        }
+        match shard.req_parser.parse(&buf[..end], &mut head) {
+            Ok(Status::Complete(())) => break,
+            Ok(Status::Partial) if end < buf.len() => continue,
+            _ => {
+                let _ = s
+                    .write_all(&response(400, "text/plain", "bad request\n"))
+                    .await;
+                return;
+            }
+        }
+    }
+    let path = head.canonical_path.as_slice();
+    let reply = match path {
+        b"/metrics" => {
+            let rt = &shard.rt;
+            let now = zgix_admission::monotonic_now_ns();
+            let gauges = TableGauges {
+                rate_in_use: rt.rate_table.in_use(now),
+                rate_capacity: rt.rate_table.capacity(),
+                conn_in_use: rt.conn_table.in_use(),
+                conn_capacity: rt.conn_table.capacity(),
+            };
+            let names: Vec<String> = (0..rt.listeners.len()).map(|i| i.to_string()).collect();
+            response(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                &rt.metrics.render(&names, &gauges),
+            )
+        }
+        b"/health" => response(200, "text/plain", "ok\n"),
+        _ => response(404, "text/plain", "not found\n"),
+    };
+    let _ = s.write_all(&reply).await;
+}
+
+fn response(status: u16, ctype: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        crate::respond::reason(status),
+        body.len()
+    )
+    .into_bytes()
+}

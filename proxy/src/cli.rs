@@ -1,0 +1,119 @@
+//! Command-line interface: `zgix --config FILE`, `zgix --check --config FILE`, `--help`, `--version`.
+
+use std::path::PathBuf;
+
+use zgix_config::Config;
+
+const USAGE: &str = "\
+zgix — thread-per-core io_uring HTTP/1.1 edge proxy
+
+USAGE:
+    zgix --config FILE            run the proxy
+    zgix --check --config FILE    validate FILE, print every error, exit 0 if valid
+    zgix --help | --version
+
+OPTIONS:
+    -c, --config FILE   JSON configuration (see docs/config.md)
+    -t, --check         validate only (like nginx -t)
+    -h, --help          this text
+    -V, --version       print the version
+
+SIGNALS:
+    SIGTERM, SIGINT     stop accepting, let in-flight requests finish within
+                        limits.drain_timeout_ms, exit 0
+";
+
+enum Mode {
+    Run(PathBuf),
+    Check(PathBuf),
+    Help,
+    Version,
+}
+
+fn parse_args(args: &[String]) -> Result<Mode, String> {
+    let mut config = None;
+    let mut check = false;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "-h" | "--help" => return Ok(Mode::Help),
+            "-V" | "--version" => return Ok(Mode::Version),
+            "-t" | "--check" => check = true,
+            "-c" | "--config" => {
+                i += 1;
+                let v = args
+                    .get(i)
+                    .ok_or_else(|| "--config needs a FILE".to_string())?;
+                config = Some(PathBuf::from(v));
+            }
+            other => {
+                if let Some(v) = other.strip_prefix("--config=") {
+                    config = Some(PathBuf::from(v));
+                } else {
+                    return Err(format!("unknown argument `{other}`"));
+                }
+            }
+        }
+        i += 1;
+    }
+    let config = config.ok_or_else(|| "missing --config FILE".to_string())?;
+    Ok(if check {
+        Mode::Check(config)
+    } else {
+        Mode::Run(config)
+    })
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = match parse_args(&args) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("zgix: {e}\n\n{USAGE}");
+            return 2;
+        }
+    };
+    match mode {
+        Mode::Help => {
+            print!("{USAGE}");
+            0
+        }
+        Mode::Version => {
+            println!("zgix {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Mode::Check(path) => match Config::from_file(&path) {
+            Ok(_) => {
+                eprintln!("zgix: configuration {} is valid", path.display());
+                0
+            }
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("zgix: {e}");
+                }
+                eprintln!(
+                    "zgix: configuration {} has {} error(s)",
+                    path.display(),
+                    errors.len()
+                );
+                1
+            }
+        },
+        Mode::Run(path) => match Config::from_file(&path) {
+            Ok(cfg) => match crate::server::run(cfg) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("zgix: {e}");
+                    1
+                }
+            },
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("zgix: {e}");
+                }
+                1
+            }
+        },
+    }
+}

@@ -1,0 +1,107 @@
+//! Responses zgix writes itself (refusals and gateway errors), and the mapping from parser errors to statuses.
+
+use std::io::Write as _;
+
+use zgix_parser::ParseError;
+
+/// The status a request-parsing error is answered with. RFC 9112 §2.2 and §6.3
+/// make framing faults 400; RFC 9110 §15 gives the rest their own codes.
+pub fn status_for(e: ParseError) -> u16 {
+    match e {
+        ParseError::Malformed
+        | ParseError::BadFraming
+        | ParseError::BadHost
+        | ParseError::BadChunk => 400,
+        ParseError::UnknownCoding => 501,
+        ParseError::UriTooLong => 414,
+        ParseError::HeadersTooLarge => 431,
+        ParseError::BodyTooLarge => 413,
+        ParseError::UnsupportedVersion => 505,
+        ParseError::ExpectationFailed => 417,
+    }
+}
+
+/// Reason phrase (RFC 9110 §15) for the statuses zgix generates.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        301 => "Moved Permanently",
+        302 => "Found",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        417 => "Expectation Failed",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
+}
+
+/// Writes a complete `connection: close` refusal into `out` (cleared first).
+/// The body is the reason phrase and a newline. `retry_after` adds that header
+/// (429). `out` has capacity for this, so nothing is allocated.
+pub fn write_refusal(out: &mut Vec<u8>, status: u16, retry_after: Option<u64>) {
+    out.clear();
+    let r = reason(status);
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {r}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n",
+        r.len() + 1
+    );
+    if let Some(secs) = retry_after {
+        let _ = write!(out, "retry-after: {secs}\r\n");
+    }
+    let _ = write!(out, "connection: close\r\n\r\n{r}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_bytes_are_exact() {
+        let mut out = Vec::with_capacity(256);
+        write_refusal(&mut out, 400, None);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\nBad Request\n"
+        );
+        write_refusal(&mut out, 429, Some(3));
+        assert_eq!(
+            out,
+            &b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain\r\ncontent-length: 18\r\nretry-after: 3\r\nconnection: close\r\n\r\nToo Many Requests\n"[..]
+        );
+    }
+
+    #[test]
+    fn every_parse_error_maps_to_a_client_or_gateway_status() {
+        for e in [
+            ParseError::Malformed,
+            ParseError::BadFraming,
+            ParseError::UnknownCoding,
+            ParseError::BadHost,
+            ParseError::BadChunk,
+            ParseError::UriTooLong,
+            ParseError::HeadersTooLarge,
+            ParseError::BodyTooLarge,
+            ParseError::UnsupportedVersion,
+            ParseError::ExpectationFailed,
+        ] {
+            let s = status_for(e);
+            assert!((400..=505).contains(&s), "{e:?} -> {s}");
+            assert_ne!(reason(s), "Error", "{s} has no reason phrase");
+        }
+    }
+}
