@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# Benchmarks zgix against nginx and HAProxy in front of the same zgix-bench
+# origin, plus a direct run to the origin, with admission controls off and on.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: scripts/bench-peers.sh [options]
+
+Puts one zgix-bench origin behind zgix (1 shard), nginx (1 worker) and HAProxy
+(1 thread), all on 127.0.0.1, and loads each with `wrk -t1 -cN --latency` in
+interleaved rounds (zgix nginx haproxy direct, zgix nginx ...). Prints, per
+admission mode, the median requests/s, p50 and p99 of each target and its
+ratio to zgix.
+
+  --rounds N        rounds per mode (default 5)
+  --duration S      seconds per wrk run (default 5)
+  --connections N   wrk connections (default 64)
+  --modes LIST      off,on (default both): admission controls off / on
+                    (on = rate limit set high enough never to refuse, connection
+                    limit, WAF deny list; nginx limit_req/limit_conn/if, HAProxy
+                    stick-table + http-request deny)
+  --targets LIST    any of zgix,nginx,haproxy,direct (default all four)
+  --body-bytes N    origin response body size (default 64)
+  --base-port P     first of the local ports used (default 18080; uses P..P+9)
+  --no-install      do not apt-get install missing wrk/nginx/haproxy
+  --no-build        do not cargo build; use $ZGIX_BIN / $ZGIX_BENCH_BIN or the
+                    release binaries under $CARGO_TARGET_DIR (default ./target)
+  -h, --help        this text
+
+CPU plan: the proxies are pinned to CPU 0 (zgix "cpus":[0], nginx
+worker_cpu_affinity, HAProxy cpu-map), the origin to CPU 1 and wrk to CPU 2
+(on a 2-CPU box wrk shares CPU 1 with the origin, so compare ratios, not
+absolute numbers). Needs root only to install packages. Everything started is
+stopped on exit.
+USAGE
+}
+
+rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,nginx,haproxy,direct"
+body_bytes=64 base_port=18080 install=1 build=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds="$2"; shift 2 ;;
+        --duration) duration="$2"; shift 2 ;;
+        --connections) connections="$2"; shift 2 ;;
+        --modes) modes="$2"; shift 2 ;;
+        --targets) targets="$2"; shift 2 ;;
+        --body-bytes) body_bytes="$2"; shift 2 ;;
+        --base-port) base_port="$2"; shift 2 ;;
+        --no-install) install=0; shift ;;
+        --no-build) build=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench-peers: unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
+done
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+has() { [[ ",$targets," == *",$1,"* ]]; }
+
+# --- packages ------------------------------------------------------------
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+if has nginx; then command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx); fi
+if has haproxy; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$install" = 0 ]; then
+        echo "bench-peers: missing ${missing[*]} and --no-install given" >&2; exit 1
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        echo "bench-peers: missing ${missing[*]}; run as root to install them, or install them yourself" >&2
+        exit 1
+    fi
+    echo "bench-peers: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${missing[@]}"
+    # Debian starts the packaged services; they are not the ones measured here.
+    for svc in nginx haproxy; do
+        if [[ " ${missing[*]} " == *" $svc "* ]] && command -v systemctl >/dev/null; then
+            systemctl stop "$svc" 2>/dev/null || true
+        fi
+    done
+fi
+PATH="$PATH:/usr/sbin:/sbin"
+
+# --- binaries ------------------------------------------------------------
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+if [ "$build" = 1 ]; then
+    pkgs=(-p zgix-bench)
+    has zgix && pkgs+=(-p zgix)
+    (cd "$root" && cargo build --release -q "${pkgs[@]}")
+fi
+bench_bin="${ZGIX_BENCH_BIN:-$target_dir/release/zgix-bench}"
+zgix_bin="${ZGIX_BIN:-$target_dir/release/zgix}"
+[ -x "$bench_bin" ] || { echo "bench-peers: no zgix-bench at $bench_bin" >&2; exit 1; }
+if has zgix && [ ! -x "$zgix_bin" ]; then
+    echo "bench-peers: no zgix at $zgix_bin (build it or leave zgix out of --targets)" >&2; exit 1
+fi
+# io_uring needs locked memory (zgix and the origin are glommio programs).
+ulimit -l unlimited 2>/dev/null || ulimit -l "$(ulimit -Hl)" 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# HAProxy refuses to start when maxconn needs more descriptors than it may
+# open (two per proxied connection plus its own).
+fd_limit="$(ulimit -n)"
+[ "$fd_limit" = unlimited ] && fd_limit=1048576
+haproxy_maxconn=$(( fd_limit / 2 - 100 ))
+
+# --- CPU plan ------------------------------------------------------------
+ncpu="$(nproc)"
+proxy_cpu=0
+origin_cpu=$(( ncpu > 1 ? 1 : 0 ))
+wrk_cpu=$(( ncpu > 2 ? 2 : ncpu - 1 ))
+echo "bench-peers: $ncpu CPUs; proxies on CPU $proxy_cpu, origin on CPU $origin_cpu, wrk on CPU $wrk_cpu"
+nginx_mask=$(printf '%x' $(( 1 << proxy_cpu )))
+
+# --- processes and cleanup -----------------------------------------------
+tmp="$(mktemp -d /tmp/bench-peers.XXXXXX)"
+pids=()
+cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# stop_pid PID: TERM one process we started and wait for it.
+stop_pid() {
+    local pid="$1" p keep=()
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for p in "${pids[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+    pids=("${keep[@]+"${keep[@]}"}")
+}
+
+# wait_port PORT NAME LOG: up to 10 s for a listener on 127.0.0.1:PORT.
+wait_port() {
+    local port="$1" name="$2" log="$3" i
+    for i in $(seq 100); do
+        if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/"; then return 0; fi
+        sleep 0.1
+    done
+    echo "bench-peers: $name did not come up on 127.0.0.1:$port; its log:" >&2
+    cat "$log" >&2 || true
+    exit 1
+}
+
+port_free() { ! ss -ltnH "( sport = :$1 )" 2>/dev/null | grep -q .; }
+origin_port=$base_port zgix_port=$((base_port + 1)) nginx_port=$((base_port + 2))
+haproxy_port=$((base_port + 3)) admin_port=$((base_port + 9))
+for p in $origin_port $zgix_port $nginx_port $haproxy_port $admin_port; do
+    port_free "$p" || { echo "bench-peers: port $p is in use; pick another --base-port" >&2; exit 1; }
+done
+
+# --- origin --------------------------------------------------------------
+taskset -c "$origin_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" \
+    --cpus "$origin_cpu" --body-bytes "$body_bytes" >"$tmp/origin.log" 2>&1 &
+pids+=($!)
+wait_port "$origin_port" origin "$tmp/origin.log"
+
+# Admission settings, the same intent in all three proxies: a per-client rate
+# limit far above what one box can send (so it is evaluated but never refuses),
+# a per-client connection cap above --connections, and a deny list.
+rate_limit=10000000
+conn_limit=$(( connections * 4 > 1024 ? connections * 4 : 1024 ))
+
+start_zgix() { # MODE
+    local http='"cluster": "origin"'
+    if [ "$1" = on ]; then
+        http+=", \"rate_limit\": {\"requests\": $rate_limit, \"window_ms\": 1000, \"burst\": $rate_limit}"
+        http+=", \"conn_limit\": {\"max\": $conn_limit}"
+        http+=', "waf": {"deny": ["union select", "<script", "../"], "status": 403}'
+    fi
+    cat >"$tmp/zgix-$1.json" <<JSON
+{
+  "cpus": [$proxy_cpu],
+  "admin": {"bind": "127.0.0.1:$admin_port"},
+  "listeners": [{"bind": "127.0.0.1:$zgix_port", "http": {$http}}],
+  "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"], "lb": "round_robin"}}
+}
+JSON
+    "$zgix_bin" --config "$tmp/zgix-$1.json" >"$tmp/zgix.log" 2>&1 &
+    pids+=($!); zgix_pid=$!
+    wait_port "$zgix_port" zgix "$tmp/zgix.log"
+}
+
+start_nginx() { # MODE
+    local d="$tmp/nginx-$1" zones="" limits=""
+    mkdir -p "$d/logs"
+    if [ "$1" = on ]; then
+        zones="limit_req_zone \$binary_remote_addr zone=rl:10m rate=${rate_limit}r/s;
+    limit_conn_zone \$binary_remote_addr zone=cl:10m;"
+        limits="limit_req zone=rl burst=$rate_limit nodelay;
+        limit_conn cl $conn_limit;
+        if (\$request_uri ~* \"(union(%20|\\+| )select|<script|%3Cscript|\\.\\./)\") { return 403; }"
+    fi
+    cat >"$d/nginx.conf" <<CONF
+daemon off;
+worker_processes 1;
+worker_cpu_affinity $nginx_mask;
+pid $d/nginx.pid;
+error_log $d/logs/error.log warn;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    $zones
+    upstream origin {
+        server 127.0.0.1:$origin_port;
+        keepalive 256;
+    }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        $limits
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+CONF
+    nginx -p "$d" -c "$d/nginx.conf" -e "$d/logs/error.log" >"$d/logs/stderr.log" 2>&1 &
+    pids+=($!); nginx_pid=$!
+    wait_port "$nginx_port" nginx "$d/logs/error.log"
+}
+
+start_haproxy() { # MODE
+    local f="$tmp/haproxy-$1.cfg" rules=""
+    if [ "$1" = on ]; then
+        rules="stick-table type ip size 1m expire 30s store http_req_rate(1s),conn_cur
+    tcp-request connection track-sc0 src
+    tcp-request connection reject if { sc0_conn_cur gt $conn_limit }
+    http-request deny deny_status 429 if { sc0_http_req_rate gt $rate_limit }
+    http-request deny deny_status 403 if { url_sub -i \"union select\" } || { url_sub -i union%20select } || { url_sub -i <script } || { url_sub -i %3Cscript } || { url_sub ../ }"
+    fi
+    cat >"$f" <<CFG
+global
+    nbthread 1
+    cpu-map 1/1 $proxy_cpu
+    maxconn $haproxy_maxconn
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:$haproxy_port
+    $rules
+    default_backend be
+backend be
+    server origin 127.0.0.1:$origin_port
+CFG
+    haproxy -f "$f" -db >"$tmp/haproxy.log" 2>&1 &
+    pids+=($!); haproxy_pid=$!
+    wait_port "$haproxy_port" haproxy "$tmp/haproxy.log"
+}
+
+port_of() {
+    case "$1" in
+        zgix) echo "$zgix_port" ;; nginx) echo "$nginx_port" ;;
+        haproxy) echo "$haproxy_port" ;; direct) echo "$origin_port" ;;
+    esac
+}
+
+# to_us VALUE: wrk latency (e.g. 512.00us, 1.23ms, 1.01s) in microseconds.
+to_us() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+        if (u == "ms") n *= 1000; else if (u == "s") n *= 1000000; else if (u == "m") n *= 60000000
+        printf "%.0f", n }'
+}
+
+# run_wrk TARGET MODE SECONDS [record]
+run_wrk() {
+    local t="$1" mode="$2" secs="$3" out
+    out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency \
+        "http://127.0.0.1:$(port_of "$t")/" 2>&1)" || { echo "$out" >&2; return 1; }
+    [ "${4:-}" = record ] || return 0
+    local rps p50 p99 bad
+    rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
+    p50="$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
+    p99="$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
+    bad="$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")"
+    echo "$t $rps $p50 $p99 $bad" >>"$tmp/results-$mode"
+    printf '  %-8s %10.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s\n' "$t" "$rps" "$p50" "$p99" "$bad"
+}
+
+# check TARGET PATH WANT: one request, warn if the status is not WANT.
+check() {
+    local got
+    got="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --path-as-is "http://127.0.0.1:$(port_of "$1")$2")" || true
+    [ "$got" = "$3" ] || echo "bench-peers: warning: $1 answered $2 with $got, expected $3" >&2
+}
+
+median() { sort -n | awk '{a[NR] = $1} END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+report() { # MODE
+    local mode="$1" t zr z50 z99
+    echo
+    echo "admission $mode: medians over $rounds rounds of ${duration}s, wrk -t1 -c$connections (latency in us)"
+    printf '%-8s %12s %8s %8s %10s %10s %10s %8s\n' target req/s p50 p99 "rps/zgix" "p50/zgix" "p99/zgix" errors
+    col() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/results-$mode" | median; }
+    zr="$(col zgix 2)" z50="$(col zgix 3)" z99="$(col zgix 4)"
+    for t in zgix nginx haproxy direct; do
+        has "$t" || continue
+        awk -v t="$t" -v r="$(col "$t" 2)" -v p50="$(col "$t" 3)" -v p99="$(col "$t" 4)" \
+            -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/results-$mode")" \
+            -v zr="$zr" -v z50="$z50" -v z99="$z99" 'BEGIN {
+            printf "%-8s %12.0f %8.0f %8.0f %10s %10s %10s %8d\n", t, r, p50, p99,
+                (zr > 0 ? sprintf("%.2f", r / zr) : "-"),
+                (z50 > 0 ? sprintf("%.2f", p50 / z50) : "-"),
+                (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e }'
+    done
+}
+
+IFS=, read -r -a mode_list <<<"$modes"
+IFS=, read -r -a target_list <<<"$targets"
+for mode in "${mode_list[@]}"; do
+    case "$mode" in off|on) ;; *) echo "bench-peers: unknown mode $mode" >&2; exit 2 ;; esac
+    echo
+    echo "== admission $mode =="
+    : >"$tmp/results-$mode"
+    has zgix && start_zgix "$mode"
+    has nginx && start_nginx "$mode"
+    has haproxy && start_haproxy "$mode"
+    for t in "${target_list[@]}"; do
+        check "$t" / 200
+        if [ "$mode" = on ] && [ "$t" != direct ]; then check "$t" "/download?file=../../etc/passwd" 403; fi
+        run_wrk "$t" "$mode" 1 # warm-up: connection pools, caches
+    done
+    for r in $(seq "$rounds"); do
+        echo "round $r/$rounds"
+        for t in "${target_list[@]}"; do run_wrk "$t" "$mode" "$duration" record; done
+    done
+    report "$mode"
+    has zgix && stop_pid "$zgix_pid"
+    has nginx && stop_pid "$nginx_pid"
+    has haproxy && stop_pid "$haproxy_pid"
+done
