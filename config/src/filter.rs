@@ -102,10 +102,10 @@ pub struct HeaderMatch {
     /// `true`: the header occurs at least once; `false`: it does not occur.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub present: Option<bool>,
-    /// Some occurrence's value (surrounding whitespace trimmed) equals this, case-sensitively.
+    /// Some occurrence's value (surrounding whitespace trimmed) equals this, ASCII case-insensitively.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub equals: Option<String>,
-    /// Some occurrence's value contains this, case-sensitively.
+    /// Some occurrence's value contains this, ASCII case-insensitively.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contains: Option<String>,
 }
