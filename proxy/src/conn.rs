@@ -434,8 +434,12 @@ impl Conn {
         let expect_continue = self.req.expect_continue && has_body && buffered == 0;
 
         let mut retried = false;
-        let (mut up, reused) = loop {
-            let (mut up, reused) = match self.acquire_upstream(ep, !retryable || retried).await {
+        let head_at = self.cstart;
+        let mut up = loop {
+            // An attempt consumes the head from `cbuf`; a retry starts from it again.
+            self.cstart = head_at;
+            // The retry always dials a fresh connection.
+            let (mut up, reused) = match self.acquire_upstream(ep, !retryable, retried).await {
                 Ok(x) => x,
                 Err(kind) => return self.upstream_failed(kind).await,
             };
@@ -443,7 +447,7 @@ impl Conn {
                 .exchange(&mut up, reused, body, coalesced, expect_continue)
                 .await
             {
-                Ok(()) => break (up, reused),
+                Ok(()) => break up,
                 Err(Fail::UpstreamEarly(kind)) if reused && retryable && !retried => {
                     log_debug(format_args!(
                         "pooled upstream failed early ({kind:?}), retrying"
@@ -454,7 +458,6 @@ impl Conn {
                 Err(f) => return self.failed(f).await,
             }
         };
-        let _ = reused;
         match self.send_response(&mut up, filtered).await {
             Ok(end) => {
                 let status = self.resp.status;
@@ -478,10 +481,11 @@ impl Conn {
         &mut self,
         ep: usize,
         must_be_alive: bool,
+        fresh: bool,
     ) -> Result<(TcpStream, bool), UpstreamError> {
         let shard = &self.shard;
         let now = Instant::now();
-        while let Some(s) = shard.pool.take(ep, now) {
+        while let Some(s) = (!fresh).then(|| shard.pool.take(ep, now)).flatten() {
             if !must_be_alive || crate::pool::looks_alive(&s) {
                 return Ok((s, true));
             }
