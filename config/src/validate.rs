@@ -476,6 +476,18 @@ impl Validator<'_> {
                 self.header_pairs(&format!("{path}.set"), &h.set);
                 self.header_pairs(&format!("{path}.add"), &h.add);
                 self.header_names(&format!("{path}.remove"), &h.remove);
+                // zgix writes X-Forwarded-For itself (client-supplied values, then
+                // the client address); `remove` drops the client-supplied values.
+                for (list, pairs) in [("set", &h.set), ("add", &h.add)] {
+                    for (i, (name, _)) in pairs.iter().enumerate() {
+                        if name.eq_ignore_ascii_case("x-forwarded-for") {
+                            self.err(
+                                format!("{path}.{list}[{i}][0]"),
+                                "\"X-Forwarded-For\" is written by zgix; use remove to drop client-supplied values",
+                            );
+                        }
+                    }
+                }
             }
             Action::ResponseHeaders(h) => {
                 if h.set.is_empty() && h.remove.is_empty() {

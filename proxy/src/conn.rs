@@ -20,7 +20,8 @@ use glommio::net::TcpStream;
 use zgix_admission::{ClientId, ConnDecision, ConnGuard, RateDecision};
 use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{
-    BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
+    BodyKind, ChunkedDecoder, Method, ParseError, RequestHead, ResponseBody, ResponseHead, Status,
+    Version,
 };
 
 use crate::filters::{Verdict, Walk};
@@ -351,8 +352,11 @@ impl Conn {
         if let Some(waf) = &lst.waf {
             let base = &self.cbuf[self.cstart..self.cend];
             let m = &waf.matcher;
+            // The authority of an absolute-form target becomes the Host the
+            // origin sees, so it is scanned like the Host field would be.
             let hit = m.is_match(&self.req.canonical_path)
                 || self.req.query.is_some_and(|q| m.is_match(q.get(base)))
+                || self.req.authority.is_some_and(|a| m.is_match(a.get(base)))
                 || self
                     .req
                     .headers
@@ -380,7 +384,13 @@ impl Conn {
                     let keep = self.req.keep_alive
                         && matches!(self.req.body, BodyKind::None | BodyKind::Length(0))
                         && !shard.draining.get();
-                    let status = lst.filters.write_terminal(rule, keep, &mut self.out);
+                    let status = lst.filters.write_terminal(
+                        rule,
+                        keep,
+                        self.req.version == Version::Http10,
+                        self.req.method == Method::Head,
+                        &mut self.out,
+                    );
                     c.response(self.li, status);
                     if self.client.write_all(&self.out).await.is_err() || !keep {
                         return Next::Close;

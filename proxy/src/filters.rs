@@ -33,7 +33,8 @@ enum ActionRt {
         location: Vec<u8>,
     },
     Respond {
-        head: Vec<u8>,
+        status: u16,
+        headers: Vec<u8>,
         body: Vec<u8>,
     },
     RequestHeaders {
@@ -150,19 +151,13 @@ impl FiltersRt {
                         location: r.location.as_bytes().to_vec(),
                     },
                     Action::Respond(r) => {
-                        let mut head = Vec::new();
-                        let _ = write!(
-                            head,
-                            "HTTP/1.1 {} {}\r\n",
-                            r.status,
-                            crate::respond::reason(r.status)
-                        );
+                        let mut headers = Vec::new();
                         for (k, v) in &r.headers {
-                            let _ = write!(head, "{k}: {v}\r\n");
+                            let _ = write!(headers, "{k}: {v}\r\n");
                         }
-                        let _ = write!(head, "content-length: {}\r\n", r.body.len());
                         ActionRt::Respond {
-                            head,
+                            status: r.status,
+                            headers,
                             body: r.body.as_bytes().to_vec(),
                         }
                     }
@@ -241,7 +236,11 @@ impl FiltersRt {
             }
         }
         if let Some(hs) = &r.hosts {
-            let Some(h) = req.host else { return false };
+            // The host the origin will see: an absolute-form target's authority
+            // replaces Host (RFC 9112 §3.2.2), so matchers must use it too.
+            let Some(h) = req.authority.or(req.host) else {
+                return false;
+            };
             let h = host_without_port(h.get(base));
             if !hs.iter().any(|x| x.eq_ignore_ascii_case(h)) {
                 return false;
@@ -259,11 +258,17 @@ impl FiltersRt {
             }
         }
         for hm in &r.headers {
-            let mut values = req
+            // `host` under an absolute-form target is the authority (see hosts).
+            let authority = match req.authority {
+                Some(a) if hm.name == b"host" => Some(a.get(base)),
+                _ => None,
+            };
+            let fields = req
                 .headers
                 .iter()
-                .filter(|h| h.name.get(base).eq_ignore_ascii_case(&hm.name))
+                .filter(|h| authority.is_none() && h.name.get(base).eq_ignore_ascii_case(&hm.name))
                 .map(|h| trim(h.value.get(base)));
+            let mut values = authority.into_iter().chain(fields);
             let ok = match &hm.test {
                 HeaderTestRt::Present(p) => values.next().is_some() == *p,
                 HeaderTestRt::Equals(v) => values.any(|x| x.eq_ignore_ascii_case(v)),
@@ -327,47 +332,58 @@ impl FiltersRt {
         Verdict::Route
     }
 
-    /// Writes the complete answer of terminal rule `i` into `out`. Redirects and
-    /// rejects carry no body; `respond` carries its own.
-    pub fn write_terminal(&self, i: u16, keep_alive: bool, out: &mut Vec<u8>) -> u16 {
+    /// Writes the complete answer of terminal rule `i` into `out` and returns
+    /// its status. Redirects and rejects carry no body; `respond` carries its
+    /// own, except to HEAD (RFC 9110 §9.3.2) and for statuses that never have
+    /// one, which also get no Content-Length (1xx, 204, 304: RFC 9110 §8.6).
+    /// `connection` is what zgix does next: `close`, `keep-alive` for an
+    /// HTTP/1.0 client it keeps (RFC 9112 §9.3), nothing otherwise.
+    pub fn write_terminal(
+        &self,
+        i: u16,
+        keep_alive: bool,
+        http10: bool,
+        head_request: bool,
+        out: &mut Vec<u8>,
+    ) -> u16 {
         out.clear();
-        let conn: &[u8] = if keep_alive {
-            b""
-        } else {
-            b"connection: close\r\n"
+        let conn: &[u8] = match (keep_alive, http10) {
+            (false, _) => b"connection: close\r\n",
+            (true, true) => b"connection: keep-alive\r\n",
+            (true, false) => b"",
         };
-        match &self.rules[i as usize].action {
-            ActionRt::Reject(s) => {
-                let _ = write!(
-                    out,
-                    "HTTP/1.1 {s} {}\r\ncontent-length: 0\r\n",
-                    crate::respond::reason(*s)
-                );
-                out.extend_from_slice(conn);
-                out.extend_from_slice(b"\r\n");
-                *s
-            }
-            ActionRt::Redirect { status, location } => {
-                let _ = write!(
-                    out,
-                    "HTTP/1.1 {status} {}\r\nlocation: ",
-                    crate::respond::reason(*status)
-                );
-                out.extend_from_slice(location);
-                out.extend_from_slice(b"\r\ncontent-length: 0\r\n");
-                out.extend_from_slice(conn);
-                out.extend_from_slice(b"\r\n");
-                *status
-            }
-            ActionRt::Respond { head, body } => {
-                out.extend_from_slice(head);
-                out.extend_from_slice(conn);
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(body);
-                parse_status(head)
-            }
-            _ => 500,
+        let (status, location, headers, body): (u16, Option<&[u8]>, &[u8], &[u8]) =
+            match &self.rules[i as usize].action {
+                ActionRt::Reject(s) => (*s, None, b"", b""),
+                ActionRt::Redirect { status, location } => (*status, Some(location), b"", b""),
+                ActionRt::Respond {
+                    status,
+                    headers,
+                    body,
+                } => (*status, None, headers, body),
+                _ => (500, None, b"", b""),
+            };
+        let _ = write!(
+            out,
+            "HTTP/1.1 {status} {}\r\n",
+            crate::respond::reason(status)
+        );
+        if let Some(l) = location {
+            out.extend_from_slice(b"location: ");
+            out.extend_from_slice(l);
+            out.extend_from_slice(b"\r\n");
         }
+        out.extend_from_slice(headers);
+        let bodiless = matches!(status, 100..=199 | 204 | 304);
+        if !bodiless {
+            let _ = write!(out, "content-length: {}\r\n", body.len());
+        }
+        out.extend_from_slice(conn);
+        out.extend_from_slice(b"\r\n");
+        if !bodiless && !head_request {
+            out.extend_from_slice(body);
+        }
+        status
     }
 
     fn header_actions<'a>(
@@ -457,11 +473,4 @@ impl FiltersRt {
             }
         }
     }
-}
-
-fn parse_status(head: &[u8]) -> u16 {
-    head.get(9..12)
-        .and_then(|s| std::str::from_utf8(s).ok())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200)
 }

@@ -23,30 +23,74 @@ pub fn status_for(e: ParseError) -> u16 {
 
 /// Reason phrase (RFC 9110 §15) for the statuses zgix generates.
 pub fn reason(status: u16) -> &'static str {
-    match status {
+    known_reason(status).unwrap_or(match status {
+        // RFC 9110 §15: a client must understand any status by its class; the
+        // reason phrase is informational.
+        100..=199 => "Informational",
+        200..=299 => "Success",
+        300..=399 => "Redirection",
+        400..=499 => "Client Error",
+        _ => "Server Error",
+    })
+}
+
+fn known_reason(status: u16) -> Option<&'static str> {
+    Some(match status {
         100 => "Continue",
+        101 => "Switching Protocols",
+        103 => "Early Hints",
         200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        300 => "Multiple Choices",
         301 => "Moved Permanently",
         302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
         307 => "Temporary Redirect",
         308 => "Permanent Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
         403 => "Forbidden",
         404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
         408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
         417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
-        _ => "Error",
-    }
+        506 => "Variant Also Negotiates",
+        507 => "Insufficient Storage",
+        508 => "Loop Detected",
+        511 => "Network Authentication Required",
+        _ => return None,
+    })
 }
 
 /// Writes a complete `connection: close` refusal into `out` (cleared first).
@@ -101,7 +145,10 @@ mod tests {
         ] {
             let s = status_for(e);
             assert!((400..=505).contains(&s), "{e:?} -> {s}");
-            assert_ne!(reason(s), "Error", "{s} has no reason phrase");
+            assert!(
+                !reason(s).ends_with("Error") || s == 500,
+                "{s} has no specific reason phrase"
+            );
         }
     }
 }

@@ -98,13 +98,19 @@ fn spawn_shard(
 ) -> Result<(), String> {
     live.fetch_add(1, Ordering::AcqRel);
     let guard_live = live.clone();
-    let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+    let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
         .name(&format!("zgix-shard-{id}"))
-        .io_memory(IO_MEMORY)
-        .spawn(move || async move {
-            let _live = LiveGuard(guard_live);
-            shard::run(id, rt, binds, admin, report).await;
-        });
+        .io_memory(IO_MEMORY);
+    if let Some(us) = std::env::var("ZGIX_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        builder = builder.spin_before_park(Duration::from_micros(us));
+    }
+    let handle = builder.spawn(move || async move {
+        let _live = LiveGuard(guard_live);
+        shard::run(id, rt, binds, admin, report).await;
+    });
     match handle {
         Ok(h) => {
             // The thread runs on its own; the live count tracks it.

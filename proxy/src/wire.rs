@@ -71,8 +71,13 @@ pub fn write_request_head(
         f.write_request_additions(w, out);
     }
     out.extend_from_slice(b"X-Forwarded-For: ");
+    // A filter that removes X-Forwarded-For drops the client-supplied values.
+    let keep_previous = match edits {
+        Some((f, w)) => !f.request_drops(w, b"x-forwarded-for"),
+        None => true,
+    };
     for h in req.headers.iter() {
-        if h.kind == HeaderKind::XForwardedFor {
+        if keep_previous && h.kind == HeaderKind::XForwardedFor {
             let v = h.value.get(base);
             if !v.is_empty() {
                 out.extend_from_slice(v);

@@ -552,6 +552,16 @@ fn header_edits() {
         &["listeners[0].http.request_filters[0].action.response_headers.remove[1]: \"upgrade\" cannot be edited: zgix manages hop-by-hop, framing and Host headers itself"],
     );
     filter(
+        json!({"action": {"request_headers": {
+            "set": [["X-Forwarded-For", "1.2.3.4"]],
+            "add": [["x-forwarded-for", "5.6.7.8"]],
+            "remove": ["x-forwarded-for"]}}}),
+        &[
+            "listeners[0].http.request_filters[0].action.request_headers.set[0][0]: \"X-Forwarded-For\" is written by zgix; use remove to drop client-supplied values",
+            "listeners[0].http.request_filters[0].action.request_headers.add[0][0]: \"X-Forwarded-For\" is written by zgix; use remove to drop client-supplied values",
+        ],
+    );
+    filter(
         json!({"action": {"request_headers": {"set": [["x-long", "v".repeat(8193)]]}}}),
         &["listeners[0].http.request_filters[0].action.request_headers.set[0][1]: must be at most 8192 bytes long, got 8193"],
     );
