@@ -1,0 +1,456 @@
+//! `RateTable`: one token bucket per client identity in a fixed array of atomic slots, shared by every shard and every listener.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::slot_table::{self, Geometry, KeyCell, Located, Slot, BUSY, EMPTY_KEY};
+use crate::token_bucket::{Rate, RateDecision, RateParams, TOKEN_MAX};
+use crate::ClientId;
+
+/// Control word: bit 63 `BUSY`, bits 50..63 a 13-bit generation, bits 0..50 the tokens
+/// in microtokens (`TOKEN_MAX`). 13 bits means a stale CAS could only succeed if the slot
+/// changed owner exactly 8192 times between one thread's load and its CAS, and each change
+/// needs the previous bucket to have refilled completely.
+const GEN_SHIFT: u32 = 50;
+
+#[inline]
+fn tokens(ctl: u64) -> u64 {
+    ctl & TOKEN_MAX
+}
+
+#[inline]
+fn with_tokens(ctl: u64, tokens: u64) -> u64 {
+    (ctl & !TOKEN_MAX) | tokens
+}
+
+/// One bucket: 40 bytes padded to a 64-byte line.
+///
+/// Every admitted request writes its bucket, from whichever core it landed on. Two
+/// buckets sharing a line would make each hot client's writes invalidate the other's
+/// line on another core (false sharing), so each slot gets a line: 64 B × entries
+/// (256 KiB for the default 4096) instead of 160 KiB packed. A probe window is then 8
+/// adjacent lines, which the prefetcher streams.
+#[repr(C, align(64))]
+struct RateSlot {
+    ctl: AtomicU64,
+    /// Bucket clock: the refill is paid up to here. Advanced by CAS, so two threads
+    /// can never both be paid for the same interval.
+    stamp: AtomicU64,
+    /// When the bucket is full again if nothing takes from it (with the parameters of
+    /// the listener that last took a token). Only ever raised while one client owns the
+    /// slot; read by `in_use` and as a guard against recycling a bucket another
+    /// listener still considers live.
+    full_at: AtomicU64,
+    key: KeyCell,
+}
+
+impl Slot for RateSlot {
+    const GEN_SHIFT: u32 = GEN_SHIFT;
+    #[inline]
+    fn ctl(&self) -> &AtomicU64 {
+        &self.ctl
+    }
+    #[inline]
+    fn key(&self) -> &KeyCell {
+        &self.key
+    }
+}
+
+/// Per-identity token buckets, allocated once, probed at most 8 slots deep.
+///
+/// Keyed by [`ClientId`] only: the parameters come with each check (they are per
+/// listener) while the bucket is per address, so one client on two listeners drains one
+/// bucket. A slot is reusable once its bucket has refilled to the burst — an idle
+/// client and a client never seen are indistinguishable — so a few thousand slots serve
+/// any number of distinct clients over time, as long as not too many are mid-burst at
+/// once.
+pub struct RateTable {
+    slots: Box<[RateSlot]>,
+    geo: Geometry,
+}
+
+impl RateTable {
+    /// A table of `entries` slots, rounded up to a power of two (and at least 8).
+    pub fn new(entries: usize) -> Self {
+        let geo = Geometry::new(entries);
+        let slots = (0..geo.len())
+            .map(|_| RateSlot {
+                ctl: AtomicU64::new(0),
+                stamp: AtomicU64::new(0),
+                full_at: AtomicU64::new(0),
+                key: KeyCell::empty(),
+            })
+            .collect();
+        RateTable { slots, geo }
+    }
+
+    /// Take one token from `id`'s bucket at `now_ns` (a monotonic clock; it may stall or
+    /// step back between callers without harm).
+    pub fn check(&self, id: ClientId, p: RateParams, now_ns: u64) -> RateDecision {
+        let rate = Rate::new(p);
+        let place = self.geo.place(id);
+        for _ in 0..slot_table::MAX_ATTEMPTS {
+            let free = |s: &RateSlot, ctl: u64| is_stale(s, ctl, &rate, now_ns);
+            match slot_table::locate(&self.geo, &self.slots, place, id, free) {
+                Located::Full => return RateDecision::TableFull,
+                Located::Claimed { idx, prev } => {
+                    let slot = &self.slots[idx];
+                    // A new bucket starts full and pays for this request at once.
+                    let left = rate.cap - crate::token_bucket::MICROTOKENS_PER_TOKEN;
+                    slot.stamp.store(now_ns, Ordering::Relaxed);
+                    slot.full_at
+                        .store(rate.full_at(left, now_ns), Ordering::Relaxed);
+                    slot_table::publish(slot, prev, left);
+                    return RateDecision::Allowed;
+                }
+                Located::Existing { idx, ctl } => {
+                    if let Some(d) = take(&self.slots[idx], ctl, &rate, now_ns) {
+                        return d;
+                    }
+                }
+            }
+        }
+        RateDecision::TableFull
+    }
+
+    /// Number of slots (a power of two).
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots holding a bucket that has not refilled yet at `now_ns`. Scans the table;
+    /// for `/metrics`, not the request path.
+    pub fn in_use(&self, now_ns: u64) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| {
+                let ctl = s.ctl.load(Ordering::Acquire);
+                ctl & BUSY != 0
+                    || (s.key.load() != EMPTY_KEY && s.full_at.load(Ordering::Acquire) > now_ns)
+            })
+            .count()
+    }
+
+    #[cfg(test)]
+    fn home(&self, id: ClientId) -> usize {
+        self.geo.place(id).home
+    }
+}
+
+impl fmt::Debug for RateTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateTable")
+            .field("capacity", &self.capacity())
+            .finish_non_exhaustive()
+    }
+}
+
+/// May a slot holding another identity's bucket be recycled for a newcomer? Only once
+/// the bucket is full both by this listener's parameters and by its own `full_at`.
+fn is_stale(s: &RateSlot, ctl: u64, rate: &Rate, now: u64) -> bool {
+    now >= s.full_at.load(Ordering::Acquire)
+        && rate.is_refilled(tokens(ctl), s.stamp.load(Ordering::Acquire), now)
+}
+
+/// Refill and take from the bucket in `slot`, whose owner (ours) was seen in `ctl`.
+/// `None` when the slot changed owner meanwhile: the caller probes again.
+fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDecision> {
+    let owner = ctl >> GEN_SHIFT;
+    loop {
+        // Claim the refill for [stamp, new_stamp) first; a lost CAS means another thread
+        // was paid for it, so reload and recompute.
+        let stamp = slot.stamp.load(Ordering::Acquire);
+        let (grant, new_stamp) = rate.refill(tokens(ctl), stamp, now);
+        if new_stamp != stamp
+            && slot
+                .stamp
+                .compare_exchange(stamp, new_stamp, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            ctl = slot.ctl.load(Ordering::SeqCst);
+            if ctl >> GEN_SHIFT != owner {
+                return None;
+            }
+            continue;
+        }
+        // Deposit the grant and take a token. The grant stays ours across CAS retries;
+        // if the slot changes owner it is dropped, which only ever under-refills.
+        loop {
+            let (left, decision) = rate.settle(tokens(ctl), grant);
+            if left == tokens(ctl) {
+                return Some(decision);
+            }
+            match slot.ctl.compare_exchange(
+                ctl,
+                with_tokens(ctl, left),
+                Ordering::AcqRel,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    if decision == RateDecision::Allowed {
+                        slot.full_at
+                            .fetch_max(rate.full_at(left, now), Ordering::AcqRel);
+                    }
+                    return Some(decision);
+                }
+                Err(cur) => {
+                    if cur >> GEN_SHIFT != owner {
+                        return None;
+                    }
+                    ctl = cur;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use RateDecision::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn v4(i: u32) -> ClientId {
+        ClientId::from_ip(IpAddr::V4(Ipv4Addr::from(i)))
+    }
+
+    fn v6(i: u64) -> ClientId {
+        ClientId::from_ip(IpAddr::V6(Ipv6Addr::from(u128::from(i) << 64 | 7)))
+    }
+
+    fn p(requests: u64, window_ms: u64, burst: u64) -> RateParams {
+        RateParams {
+            requests,
+            window_ms,
+            burst,
+        }
+    }
+
+    #[test]
+    fn capacity_rounds_up_to_a_power_of_two() {
+        assert_eq!(RateTable::new(4096).capacity(), 4096);
+        assert_eq!(RateTable::new(4097).capacity(), 8192);
+        assert_eq!(RateTable::new(0).capacity(), 8);
+        assert_eq!(RateTable::new(3).capacity(), 8);
+    }
+
+    #[test]
+    fn one_bucket_per_identity_shared_across_listeners() {
+        let t = RateTable::new(64);
+        let a = p(1, 1000, 3);
+        let b = p(1000, 1000, 3);
+        assert_eq!(t.check(v4(1), a, 0), Allowed);
+        assert_eq!(t.check(v4(1), b, 0), Allowed);
+        assert_eq!(t.check(v4(1), a, 0), Allowed);
+        assert!(matches!(t.check(v4(1), b, 0), Limited { .. }));
+        // Another client is untouched, and so is another /64.
+        assert_eq!(t.check(v4(2), a, 0), Allowed);
+        assert_eq!(t.check(v6(1), a, 0), Allowed);
+        assert_eq!(t.in_use(0), 3);
+    }
+
+    #[test]
+    fn limited_reports_retry_after() {
+        let t = RateTable::new(64);
+        let q = p(1, 1500, 1);
+        assert_eq!(t.check(v4(9), q, 0), Allowed);
+        assert_eq!(
+            t.check(v4(9), q, 0),
+            Limited {
+                retry_after_secs: 2
+            }
+        );
+        assert_eq!(
+            t.check(v4(9), q, 1000 * MS),
+            Limited {
+                retry_after_secs: 1
+            }
+        );
+        assert_eq!(t.check(v4(9), q, 1500 * MS), Allowed);
+    }
+
+    #[test]
+    fn clock_backwards_in_the_table() {
+        let t = RateTable::new(8);
+        let q = p(1, 1000, 1);
+        assert_eq!(t.check(v4(1), q, 5000 * MS), Allowed);
+        assert!(matches!(t.check(v4(1), q, 0), Limited { .. }));
+        assert!(matches!(t.check(v4(1), q, 5999 * MS), Limited { .. }));
+        assert_eq!(t.check(v4(1), q, 6000 * MS), Allowed);
+    }
+
+    /// Identities whose home slot is `home`, found by trying addresses.
+    fn same_home(t: &RateTable, home: usize, n: usize) -> Vec<ClientId> {
+        (0u32..)
+            .map(v4)
+            .filter(|id| t.home(*id) == home)
+            .take(n)
+            .collect()
+    }
+
+    #[test]
+    fn probes_at_most_eight_slots() {
+        let t = RateTable::new(256);
+        let ids = same_home(&t, 17, 9);
+        let q = p(1, 1000, 2);
+        for id in &ids[..8] {
+            assert_eq!(t.check(*id, q, 0), Allowed);
+        }
+        // The ninth finds its window full although 248 slots are empty.
+        assert_eq!(t.check(ids[8], q, 0), TableFull);
+        assert_eq!(t.in_use(0), 8);
+        // The eight placed ones still have their own buckets.
+        for id in &ids[..8] {
+            assert_eq!(t.check(*id, q, 0), Allowed);
+            assert!(matches!(t.check(*id, q, 0), Limited { .. }));
+        }
+    }
+
+    #[test]
+    fn full_table_then_stale_reuse() {
+        let t = RateTable::new(8); // one window covers the whole table
+        let q = p(1, 1000, 1);
+        for i in 0..8 {
+            assert_eq!(t.check(v4(i), q, 0), Allowed);
+        }
+        assert_eq!(t.in_use(0), 8);
+        assert_eq!(t.check(v4(100), q, 0), TableFull);
+        assert_eq!(t.check(v4(100), q, 999 * MS), TableFull);
+        // Once the buckets have refilled their slots are free again.
+        assert_eq!(t.in_use(1000 * MS), 0);
+        for i in 100..108 {
+            assert_eq!(t.check(v4(i), q, 1000 * MS), Allowed);
+        }
+        assert_eq!(t.check(v4(200), q, 1000 * MS), TableFull);
+        // An evicted client comes back with a full bucket, as if never seen.
+        assert_eq!(t.check(v4(0), q, 2000 * MS), Allowed);
+        assert!(matches!(t.check(v4(0), q, 2000 * MS), Limited { .. }));
+    }
+
+    #[test]
+    fn a_bigger_burst_elsewhere_keeps_the_slot_live() {
+        // Client 0 is mid-burst on a listener with burst 100; a listener with burst 1
+        // sees that bucket as full but must not recycle it.
+        let t = RateTable::new(8);
+        let big = p(1, 1000, 100);
+        let small = p(1, 1000, 1);
+        for _ in 0..50 {
+            assert_eq!(t.check(v4(0), big, 0), Allowed);
+        }
+        for i in 1..8 {
+            assert_eq!(t.check(v4(i), small, 0), Allowed);
+        }
+        assert_eq!(t.check(v4(99), small, 2000 * MS), Allowed); // reuses one of 1..8
+        let mut placed = 0;
+        for i in 100..110 {
+            if t.check(v4(i), small, 2000 * MS) == Allowed {
+                placed += 1;
+            }
+        }
+        assert_eq!(placed, 6, "client 0's live bucket was recycled");
+    }
+
+    #[test]
+    fn a_million_clients_through_4096_slots() {
+        // A new client every 10 µs, each bucket full again 1 ms later: ~100 live
+        // buckets at a time, so every window has room once the old ones refill.
+        let t = RateTable::new(4096);
+        let q = p(1, 1, 1);
+        let mut now = 0;
+        for i in 0..1_000_000u64 {
+            let id = if i % 2 == 0 { v4(i as u32) } else { v6(i) };
+            assert_eq!(t.check(id, q, now), Allowed, "client {i}");
+            now += 10_000;
+        }
+        assert!(t.in_use(now) <= 101);
+        assert_eq!(t.in_use(now + MS), 0);
+    }
+
+    #[test]
+    fn threads_never_admit_more_than_burst_plus_refill() {
+        // One hot key from four threads on a shared fake clock that advances 1 µs per
+        // call (threads see it out of order, so the clock also steps back).
+        let t = Arc::new(RateTable::new(64));
+        let clock = Arc::new(AtomicU64::new(0));
+        let q = p(1, 1, 20); // 1 token per ms, burst 20
+        let go = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (t, clock, go) = (t.clone(), clock.clone(), go.clone());
+                std::thread::spawn(move || {
+                    while !go.load(Ordering::Acquire) {
+                        spin_loop_hint();
+                    }
+                    let (mut allowed, mut full) = (0u64, 0u64);
+                    for _ in 0..25_000 {
+                        let now = clock.fetch_add(1000, Ordering::Relaxed);
+                        match t.check(v4(7), q, now) {
+                            Allowed => allowed += 1,
+                            Limited { .. } => {}
+                            TableFull => full += 1,
+                        }
+                    }
+                    (allowed, full)
+                })
+            })
+            .collect();
+        go.store(true, Ordering::Release);
+        let (mut allowed, mut full) = (0, 0);
+        for h in handles {
+            let (a, f) = h.join().unwrap();
+            allowed += a;
+            full += f;
+        }
+        let elapsed_ms = clock.load(Ordering::Relaxed) / MS; // 100 ms
+        assert_eq!(full, 0);
+        assert!(allowed <= 20 + elapsed_ms, "{allowed} > 20 + {elapsed_ms}");
+        assert!(allowed >= 20, "only {allowed} admitted");
+    }
+
+    #[test]
+    fn racing_first_requests_create_one_bucket_per_identity() {
+        // Four threads all introduce the same 32 new clients at once. A duplicate
+        // bucket would admit more than the burst; the clock never moves, so each
+        // client gets exactly its burst of 3 in total.
+        let t = Arc::new(RateTable::new(1024));
+        let q = p(1, 1000, 3);
+        let go = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (t, go) = (t.clone(), go.clone());
+                std::thread::spawn(move || {
+                    while !go.load(Ordering::Acquire) {
+                        spin_loop_hint();
+                    }
+                    let mut allowed = [0u32; 32];
+                    for _ in 0..20 {
+                        for (k, n) in allowed.iter_mut().enumerate() {
+                            let id = v6(k as u64 * 7919);
+                            if t.check(id, q, 0) == Allowed {
+                                *n += 1;
+                            }
+                        }
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        go.store(true, Ordering::Release);
+        let mut total = [0u32; 32];
+        for h in handles {
+            for (t, a) in total.iter_mut().zip(h.join().unwrap()) {
+                *t += a;
+            }
+        }
+        assert_eq!(total, [3; 32]);
+        assert_eq!(t.in_use(0), 32);
+    }
+
+    fn spin_loop_hint() {
+        std::hint::spin_loop();
+    }
+}
