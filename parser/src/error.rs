@@ -1,4 +1,4 @@
-//! The parse error enum; each variant maps to one HTTP status.
+//! The parse error enum: a small `Copy` enum the proxy maps to HTTP statuses (see `proxy/src/respond.rs`).
 
 /// Why a message head or body was refused. The comment on each variant is the status the
 /// proxy answers to a client (a bad response from an origin is a 502 whatever the variant).
@@ -48,22 +48,6 @@ impl ParseError {
             ParseError::ExpectationFailed => "unsupported expectation",
         }
     }
-
-    /// The status code a server answers with for this error on a request.
-    pub fn status(self) -> u16 {
-        match self {
-            ParseError::Malformed
-            | ParseError::BadFraming
-            | ParseError::BadHost
-            | ParseError::BadChunk => 400,
-            ParseError::UnknownCoding => 501,
-            ParseError::UriTooLong => 414,
-            ParseError::HeadersTooLarge => 431,
-            ParseError::BodyTooLarge => 413,
-            ParseError::UnsupportedVersion => 505,
-            ParseError::ExpectationFailed => 417,
-        }
-    }
 }
 
 impl std::fmt::Display for ParseError {
@@ -79,7 +63,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_variant_has_text_and_status() {
+    fn every_variant_has_text() {
         let all = [
             ParseError::Malformed,
             ParseError::BadFraming,
@@ -95,9 +79,6 @@ mod tests {
         for e in all {
             assert!(!e.as_str().is_empty());
             assert_eq!(e.to_string(), e.as_str());
-            assert!((400..=505).contains(&e.status()));
         }
-        assert_eq!(ParseError::UnknownCoding.status(), 501);
-        assert_eq!(ParseError::HeadersTooLarge.status(), 431);
     }
 }
