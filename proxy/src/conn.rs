@@ -15,8 +15,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+
+use crate::io::Sock;
 use zgix_admission::{ClientId, ConnDecision, ConnGuard, RateDecision};
 use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{
@@ -89,7 +90,7 @@ fn client_ip(ip: IpAddr) -> IpAddr {
 pub struct Conn {
     shard: Rc<Shard>,
     li: usize,
-    client: TcpStream,
+    client: Sock,
     /// The client's address: the PROXY header's source, else the peer.
     ip: IpAddr,
     id: ClientId,
@@ -117,6 +118,14 @@ pub async fn serve(shard: Rc<Shard>, li: usize, client: TcpStream, peer: SocketA
     let counters = shard.counters.clone();
     counters.active_connections.fetch_add(1, Ordering::Relaxed);
     counters.listeners[li].connections.inc();
+    let client = match Sock::new(client, &shard.poller) {
+        Ok(c) => c,
+        Err(e) => {
+            log_debug(format_args!("cannot register connection: {e}"));
+            counters.active_connections.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+    };
     let mut conn = Conn::new(shard, li, client, peer);
     conn.run().await;
     drop(conn);
@@ -124,7 +133,7 @@ pub async fn serve(shard: Rc<Shard>, li: usize, client: TcpStream, peer: SocketA
 }
 
 impl Conn {
-    fn new(shard: Rc<Shard>, li: usize, client: TcpStream, peer: SocketAddr) -> Conn {
+    fn new(shard: Rc<Shard>, li: usize, client: Sock, peer: SocketAddr) -> Conn {
         let rt = &shard.rt;
         let ip = client_ip(peer.ip());
         let _ = client.set_nodelay(true);
@@ -492,7 +501,7 @@ impl Conn {
         ep: usize,
         must_be_alive: bool,
         fresh: bool,
-    ) -> Result<(TcpStream, bool), UpstreamError> {
+    ) -> Result<(Sock, bool), UpstreamError> {
         let shard = &self.shard;
         let now = Instant::now();
         while let Some(s) = (!fresh).then(|| shard.pool.take(ep, now)).flatten() {
@@ -505,7 +514,9 @@ impl Conn {
         match TcpStream::connect_timeout(addr, shard.rt.timeouts.upstream_connect).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
-                Ok((s, false))
+                Sock::new(s, &shard.poller)
+                    .map(|s| (s, false))
+                    .map_err(|_| UpstreamError::ConnectOther)
             }
             Err(e) => {
                 let e = io::Error::from(e);
@@ -526,7 +537,7 @@ impl Conn {
     /// Sends the head and body upstream and reads the response head.
     async fn exchange(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Sock,
         reused: bool,
         body: BodyKind,
         coalesced: u64,
@@ -558,12 +569,7 @@ impl Conn {
 
     /// Streams the request body from the client to the upstream, leaving
     /// `cstart` at the first byte after it (a pipelined request may follow).
-    async fn send_body(
-        &mut self,
-        up: &mut TcpStream,
-        body: BodyKind,
-        done: u64,
-    ) -> Result<(), Fail> {
+    async fn send_body(&mut self, up: &mut Sock, body: BodyKind, done: u64) -> Result<(), Fail> {
         let body_timeout = self.shard.rt.timeouts.client_body;
         let mut pos = self.cstart + self.req.head_len;
         match body {
@@ -643,7 +649,7 @@ impl Conn {
     /// Reads the response head into `ubuf`, passing interim (1xx) responses to
     /// HTTP/1.1 clients on the way (RFC 9110 §15.2). 100 Continue is dropped: zgix
     /// answered the expectation itself. 101 is refused: zgix removes Upgrade.
-    async fn read_response_head(&mut self, up: &mut TcpStream, reused: bool) -> Result<(), Fail> {
+    async fn read_response_head(&mut self, up: &mut Sock, reused: bool) -> Result<(), Fail> {
         let shard = self.shard.clone();
         let _ = up.set_read_timeout(Some(shard.rt.timeouts.upstream_header));
         self.ustart = 0;
@@ -716,11 +722,7 @@ impl Conn {
     }
 
     /// Writes the response head and streams the body to the client.
-    async fn send_response(
-        &mut self,
-        up: &mut TcpStream,
-        filtered: bool,
-    ) -> Result<ResponseEnd, Fail> {
+    async fn send_response(&mut self, up: &mut Sock, filtered: bool) -> Result<ResponseEnd, Fail> {
         let shard = self.shard.clone();
         let filters = &shard.rt.listeners[self.li].filters;
         let _ = up.set_read_timeout(Some(shard.rt.timeouts.upstream_idle));
@@ -871,7 +873,7 @@ impl Conn {
         self.write_client_u(a, b).await
     }
 
-    async fn read_upstream(&mut self, up: &mut TcpStream) -> Result<usize, Fail> {
+    async fn read_upstream(&mut self, up: &mut Sock) -> Result<usize, Fail> {
         match up.read(&mut self.ubuf[..]).await {
             Ok(0) => Err(Fail::Upstream(UpstreamError::Reset)),
             Ok(n) => Ok(n),

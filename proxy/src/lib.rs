@@ -32,6 +32,7 @@ pub mod admin;
 pub mod cli;
 pub mod conn;
 pub mod filters;
+pub mod io;
 pub mod lb;
 pub mod metrics;
 pub mod pool;

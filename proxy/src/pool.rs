@@ -2,13 +2,12 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use glommio::net::TcpStream;
+use crate::io::Sock;
 
 struct Idle {
-    stream: TcpStream,
+    stream: Sock,
     since: Instant,
 }
 
@@ -34,7 +33,7 @@ impl Pool {
 
     /// The most recently used idle connection to `endpoint`, if one is fresh.
     /// Newest first: it is the least likely to have been closed by the upstream.
-    pub fn take(&self, endpoint: usize, now: Instant) -> Option<TcpStream> {
+    pub fn take(&self, endpoint: usize, now: Instant) -> Option<Sock> {
         let mut q = self.idle[endpoint].borrow_mut();
         let idle = q.pop_back()?;
         if now.duration_since(idle.since) >= self.idle_timeout {
@@ -47,7 +46,7 @@ impl Pool {
 
     /// Returns a connection whose last exchange ended cleanly. When the pool is
     /// full the oldest idle connection is closed to make room.
-    pub fn put(&self, endpoint: usize, stream: TcpStream, now: Instant) {
+    pub fn put(&self, endpoint: usize, stream: Sock, now: Instant) {
         if self.max_idle == 0 {
             return;
         }
@@ -86,12 +85,12 @@ impl Pool {
 /// True when a pooled connection is still open with nothing unread: a
 /// non-blocking `MSG_PEEK` returns `EAGAIN`. Used before sending a request that
 /// could not be retried (non-idempotent or with a body); costs one syscall.
-pub fn looks_alive(stream: &TcpStream) -> bool {
+pub fn looks_alive(stream: &Sock) -> bool {
     let mut b = [0u8; 1];
     // SAFETY: the fd is owned by `stream` and open; the buffer is valid for 1 byte.
     let r = unsafe {
         libc::recv(
-            stream.as_raw_fd(),
+            stream.fd(),
             b.as_mut_ptr().cast(),
             1,
             libc::MSG_PEEK | libc::MSG_DONTWAIT,

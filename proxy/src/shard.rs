@@ -13,6 +13,7 @@ use glommio::sync::{Gate, Semaphore};
 use hdrhistogram::Histogram;
 use zgix_parser::{RequestParser, ResponseParser};
 
+use crate::io::Poller;
 use crate::metrics::{new_latency_histogram, ShardCounters};
 use crate::pool::Pool;
 use crate::runtime::Runtime;
@@ -43,13 +44,15 @@ pub struct Shard {
     pub gate: Gate,
     pub req_parser: RequestParser,
     pub resp_parser: ResponseParser,
+    /// Readiness for every client and upstream socket of this shard.
+    pub poller: Rc<Poller>,
 }
 
 /// What a shard reports once its sockets are bound (or why it could not).
 pub type BindReport = Result<(Vec<SocketAddr>, Option<SocketAddr>), String>;
 
 impl Shard {
-    fn new(id: usize, rt: Arc<Runtime>) -> Shard {
+    fn new(id: usize, rt: Arc<Runtime>, poller: Rc<Poller>) -> Shard {
         let l = &rt.config.limits;
         Shard {
             id,
@@ -73,6 +76,7 @@ impl Shard {
                 l.max_response_header_bytes,
                 rt.response_max_headers(),
             ),
+            poller,
             rt,
         }
     }
@@ -106,7 +110,15 @@ pub async fn run(
     admin: Option<SocketAddr>,
     report: std::sync::mpsc::Sender<BindReport>,
 ) {
-    let shard = Rc::new(Shard::new(id, rt.clone()));
+    let poller = match Poller::new() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = report.send(Err(format!("shard {id}: cannot create its epoll set: {e}")));
+            return;
+        }
+    };
+    let shard = Rc::new(Shard::new(id, rt.clone(), poller.clone()));
+    let poller_task = glommio::spawn_local(poller.clone().run());
     let mut listeners = Vec::with_capacity(binds.len());
     let mut bound = Vec::with_capacity(binds.len());
     for (i, addr) in binds.iter().enumerate() {
@@ -153,6 +165,8 @@ pub async fn run(
     })
     .await;
     shard.publish_latency();
+    poller.stop();
+    poller_task.await;
 }
 
 async fn accept_loop(shard: Rc<Shard>, li: usize, listener: TcpListener) {
