@@ -28,7 +28,7 @@ fn candidate_budget(haystack_len: usize) -> usize {
 /// (bytes >= 0x80 compare exactly), no percent-decoding. Callers run it over the
 /// canonical path, the raw query and each header value.
 ///
-/// Engine, from `cargo bench -p zgix-admission` (ns per 1 KiB head with no hit, on a
+/// Engine, from `cargo bench -p zgix-bench --bench admission` (ns per 1 KiB head with no hit, on a
 /// noisy 2-vCPU AMD EPYC VM; ranges over runs):
 ///
 /// | literals                             | memchr        | Aho-Corasick DFA | chosen (`new`) |

@@ -76,6 +76,9 @@ pub struct Poller {
     /// The poller task, when it is parked because nobody waits.
     idle_waker: RefCell<Option<Waker>>,
     last_deadline_check: Cell<Instant>,
+    /// No pending wait has a deadline before this: slots are only scanned
+    /// once it has passed (it may be stale-early, never late).
+    next_expiry: Cell<Option<Instant>>,
     stopped: Cell<bool>,
 }
 
@@ -104,6 +107,7 @@ impl Poller {
             waiting: Cell::new(0),
             idle_waker: RefCell::new(None),
             last_deadline_check: Cell::new(Instant::now()),
+            next_expiry: Cell::new(None),
             stopped: Cell::new(false),
         }))
     }
@@ -193,35 +197,45 @@ impl Poller {
     }
 
     fn expire(&self, now: Instant) {
-        if now.duration_since(self.last_deadline_check.get()) < DEADLINE_TICK {
+        if now.duration_since(self.last_deadline_check.get()) < DEADLINE_TICK
+            || self.next_expiry.get().is_none_or(|d| now < d)
+        {
             return;
         }
         self.last_deadline_check.set(now);
+        let mut next: Option<Instant> = None;
         let mut slots = self.slots.borrow_mut();
         for s in slots.iter_mut() {
-            if s.deadline.is_some_and(|d| now >= d)
-                && (s.read_waker.is_some() || s.write_waker.is_some())
-            {
-                s.timed_out = true;
-                s.deadline = None;
-                for w in [s.read_waker.take(), s.write_waker.take()]
-                    .into_iter()
-                    .flatten()
-                {
-                    self.waiting.set(self.waiting.get() - 1);
-                    w.wake();
-                }
+            if s.read_waker.is_none() && s.write_waker.is_none() {
+                continue;
             }
+            match s.deadline {
+                Some(d) if now >= d => {
+                    s.timed_out = true;
+                    s.deadline = None;
+                    for w in [s.read_waker.take(), s.write_waker.take()]
+                        .into_iter()
+                        .flatten()
+                    {
+                        self.waiting.set(self.waiting.get() - 1);
+                        w.wake();
+                    }
+                }
+                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
+                None => {}
+            }
+        }
+        self.next_expiry.set(next);
+    }
+
+    fn note_deadline(&self, d: Instant) {
+        if self.next_expiry.get().is_none_or(|n| d < n) {
+            self.next_expiry.set(Some(d));
         }
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.slots
-            .borrow()
-            .iter()
-            .filter(|s| s.read_waker.is_some() || s.write_waker.is_some())
-            .filter_map(|s| s.deadline)
-            .min()
+        self.next_expiry.get()
     }
 
     fn poll_now(&self, events: &mut [libc::epoll_event; EVENTS]) -> usize {
@@ -362,6 +376,9 @@ impl Future for Ready<'_> {
             }
         }
         s.deadline = self.deadline;
+        if let Some(d) = self.deadline {
+            p.note_deadline(d);
+        }
         let slot = match self.dir {
             Dir::Read => &mut s.read_waker,
             Dir::Write => &mut s.write_waker,
@@ -462,11 +479,14 @@ impl Sock {
 
     /// Reads what is available, waiting (up to the read timeout) for at least a byte.
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let deadline = self.read_timeout.get().map(|d| Instant::now() + d);
+        // The deadline is computed only if the read has to wait.
+        let mut deadline: Option<Option<Instant>> = None;
         loop {
             if !self.is_ready(Dir::Read) {
                 // Known empty since the last short read: skip the EAGAIN
                 // syscall and wait for the next edge straight away.
+                let deadline = *deadline
+                    .get_or_insert_with(|| self.read_timeout.get().map(|d| Instant::now() + d));
                 Ready {
                     sock: self,
                     dir: Dir::Read,

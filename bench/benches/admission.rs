@@ -1,7 +1,7 @@
 //! Admission hot-path benchmark: atomic slot tables vs `Mutex<HashMap>`, and the WAF engines, with allocation counts.
 //!
 //! Plain `Instant` loops (no harness) printing one table; run with
-//! `cargo bench -p zgix-admission`. Times are wall-clock nanoseconds per operation per
+//! `cargo bench -p zgix-bench --bench admission`. Times are wall-clock nanoseconds per operation per
 //! thread: with two threads both run the loop at once, so a number that doubles means
 //! the threads serialised.
 
