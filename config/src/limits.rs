@@ -75,6 +75,12 @@ pub const MAX_UPSTREAM_POOL_IDLE_PER_ENDPOINT: usize = 65_536;
 pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
 /// 3 s for the PROXY header: the load balancer in front sends it at once.
 pub const DEFAULT_PROXY_PROTOCOL_TIMEOUT_MS: u64 = 3_000;
+/// 500 µs of busy polling after the last socket event: bridges the gap
+/// between requests of a loaded shard (so it never pays a sleep and a
+/// cross-core wake-up per request) and lets an idle shard sleep quickly.
+pub const DEFAULT_BUSY_POLL_US: u64 = 500;
+/// Longest accepted `busy_poll_us`: 100 ms.
+pub const MAX_BUSY_POLL_US: u64 = 100_000;
 /// Shortest accepted timeout.
 pub const MIN_TIMEOUT_MS: u64 = 1;
 /// Longest accepted timeout: one hour.
@@ -140,6 +146,10 @@ pub struct Limits {
     /// Deadline for the PROXY protocol header after accept.
     #[serde(default = "d_proxy_protocol_timeout_ms")]
     pub proxy_protocol_timeout_ms: u64,
+    /// Microseconds a shard keeps polling its sockets after the last event
+    /// before it sleeps; 0 sleeps at once.
+    #[serde(default = "d_busy_poll_us")]
+    pub busy_poll_us: u64,
     /// Slots in the shared rate-limit table.
     #[serde(default = "d_rate_limit_entries")]
     pub rate_limit_entries: usize,
@@ -175,6 +185,7 @@ impl Default for Limits {
             upstream_pool_idle_per_endpoint: DEFAULT_UPSTREAM_POOL_IDLE_PER_ENDPOINT,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             proxy_protocol_timeout_ms: DEFAULT_PROXY_PROTOCOL_TIMEOUT_MS,
+            busy_poll_us: DEFAULT_BUSY_POLL_US,
             rate_limit_entries: DEFAULT_RATE_LIMIT_ENTRIES,
             conn_limit_entries: DEFAULT_CONN_LIMIT_ENTRIES,
         }
@@ -226,6 +237,9 @@ fn d_drain_timeout_ms() -> u64 {
 }
 fn d_proxy_protocol_timeout_ms() -> u64 {
     DEFAULT_PROXY_PROTOCOL_TIMEOUT_MS
+}
+fn d_busy_poll_us() -> u64 {
+    DEFAULT_BUSY_POLL_US
 }
 fn d_rate_limit_entries() -> usize {
     DEFAULT_RATE_LIMIT_ENTRIES

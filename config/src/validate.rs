@@ -582,6 +582,7 @@ impl Validator<'_> {
         ] {
             self.range(&format!("limits.{name}"), v, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS);
         }
+        self.range("limits.busy_poll_us", l.busy_poll_us, 0, MAX_BUSY_POLL_US);
         self.range(
             "limits.upstream_pool_idle_per_endpoint",
             l.upstream_pool_idle_per_endpoint,

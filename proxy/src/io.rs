@@ -18,7 +18,7 @@
 //! upstream socket registered once, and a [`Poller`] task that, while traffic
 //! flows, calls `epoll_wait(0)` each time round the executor loop and wakes the
 //! tasks whose sockets became ready (busy polling, as seastar and DPDK do on
-//! their dedicated cores). After [`SPIN`] without any event it stops spinning and
+//! their dedicated cores). After `limits.busy_poll_us` without any event it stops spinning and
 //! waits in `epoll_wait` on glommio's blocking-helper thread, so an idle shard
 //! sleeps. Reads and writes are plain non-blocking `recv`/`send`: a syscall
 //! only when there is something to move.
@@ -37,11 +37,6 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use glommio::net::TcpStream;
-
-/// How long the poller keeps spinning after the last readiness event before it
-/// parks in a blocking `epoll_wait`. Long enough to bridge the gap between two
-/// requests of a loaded shard, short enough that an idle shard stops burning CPU.
-pub const SPIN: Duration = Duration::from_micros(500);
 
 /// Granularity of timeouts: deadlines are checked this often.
 pub const DEADLINE_TICK: Duration = Duration::from_millis(5);
@@ -80,6 +75,9 @@ pub struct Poller {
     /// once it has passed (it may be stale-early, never late).
     next_expiry: Cell<Option<Instant>>,
     stopped: Cell<bool>,
+    /// How long to keep polling after the last event before parking
+    /// (`limits.busy_poll_us`).
+    spin: Duration,
 }
 
 impl Drop for Poller {
@@ -94,7 +92,7 @@ fn last_os_error() -> io::Error {
 }
 
 impl Poller {
-    pub fn new() -> io::Result<Rc<Poller>> {
+    pub fn new(spin: Duration) -> io::Result<Rc<Poller>> {
         // SAFETY: plain syscall; the result is checked.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
@@ -109,6 +107,7 @@ impl Poller {
             last_deadline_check: Cell::new(Instant::now()),
             next_expiry: Cell::new(None),
             stopped: Cell::new(false),
+            spin,
         }))
     }
 
@@ -276,7 +275,7 @@ impl Poller {
                 last_event = Instant::now();
                 continue;
             }
-            if now.duration_since(last_event) < SPIN {
+            if now.duration_since(last_event) < self.spin {
                 glommio::executor().yield_now().await;
                 continue;
             }

@@ -98,15 +98,9 @@ fn spawn_shard(
 ) -> Result<(), String> {
     live.fetch_add(1, Ordering::AcqRel);
     let guard_live = live.clone();
-    let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+    let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
         .name(&format!("zgix-shard-{id}"))
         .io_memory(IO_MEMORY);
-    if let Some(us) = std::env::var("ZGIX_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        builder = builder.spin_before_park(Duration::from_micros(us));
-    }
     let handle = builder.spawn(move || async move {
         let _live = LiveGuard(guard_live);
         shard::run(id, rt, binds, admin, report).await;

@@ -110,7 +110,8 @@ pub async fn run(
     admin: Option<SocketAddr>,
     report: std::sync::mpsc::Sender<BindReport>,
 ) {
-    let poller = match Poller::new() {
+    let spin = Duration::from_micros(rt.config.limits.busy_poll_us);
+    let poller = match Poller::new(spin) {
         Ok(p) => p,
         Err(e) => {
             let _ = report.send(Err(format!("shard {id}: cannot create its epoll set: {e}")));

@@ -92,6 +92,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(c.limits.upstream_pool_idle_per_endpoint, 64);
     assert_eq!(c.limits.drain_timeout_ms, 10_000);
     assert_eq!(c.limits.proxy_protocol_timeout_ms, 3_000);
+    assert_eq!(c.limits.busy_poll_us, 500);
     assert_eq!(c.limits.rate_limit_entries, 4096);
     assert_eq!(c.limits.conn_limit_entries, 4096);
     assert_eq!(c.shard_cpus(), [0, 1]);
@@ -407,6 +408,7 @@ fn limits_bounds_both_sides() {
         ("drain_timeout_ms", 1, 3_600_000),
         ("proxy_protocol_timeout_ms", 1, 3_600_000),
         ("upstream_pool_idle_per_endpoint", 0, 65_536),
+        ("busy_poll_us", 0, 100_000),
         ("rate_limit_entries", 1, 1 << 24),
         ("conn_limit_entries", 1, 1 << 24),
     ];
