@@ -29,6 +29,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod admin;
+pub mod alloc;
 pub mod cli;
 pub mod conn;
 pub mod filters;

@@ -1,4 +1,7 @@
 //! The `zgix` binary: parses the command line and hands over to [`zgix::server`].
+#[global_allocator]
+static ALLOCATOR: zgix::alloc::Counting = zgix::alloc::Counting;
+
 fn main() {
     // A panic in any shard ends the process (as `panic = "abort"` does in
     // release builds): a half-dead proxy that accepts and never answers is

@@ -115,6 +115,8 @@ pub struct ShardCounters {
     pub upstream_connects: Counter,
     pub refused_connections: [Counter; ConnRefusal::ALL.len()],
     pub active_connections: AtomicI64,
+    /// Heap allocations by the shard's thread, copied in once a tick.
+    pub heap_allocations: AtomicU64,
     pub listeners: Box<[ListenerCounters]>,
 }
 
@@ -295,6 +297,17 @@ impl Metrics {
             "# HELP zgix_connections_active Client connections open now.\n# TYPE zgix_connections_active gauge\nzgix_connections_active {}",
             active.max(0)
         );
+        let _ = writeln!(
+            o,
+            "# HELP zgix_heap_allocations_total Heap allocations made by shard threads (updated every 100 ms).\n# TYPE zgix_heap_allocations_total counter"
+        );
+        for (i, s) in self.shards.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "zgix_heap_allocations_total{{shard=\"{i}\"}} {}",
+                s.heap_allocations.load(Ordering::Relaxed)
+            );
+        }
         let _ = writeln!(
             o,
             "# HELP zgix_upstream_errors_total Upstream failures, by kind.\n# TYPE zgix_upstream_errors_total counter"

@@ -210,6 +210,10 @@ async fn tick(shard: Rc<Shard>) {
             shard.draining.set(true);
             shard.shutdown.close();
         }
+        shard
+            .counters
+            .heap_allocations
+            .store(crate::alloc::thread_allocations(), Ordering::Relaxed);
         n += 1;
         if n.is_multiple_of(10) {
             shard.pool.sweep(Instant::now());

@@ -1,0 +1,75 @@
+//! Serving a request allocates nothing: zgix counts its shard thread's heap allocations (`zgix_heap_allocations_total`) and they stay flat across thousands of requests on a warm connection, admission controls included.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use support::*;
+
+fn allocations(zgix: &Zgix) -> u64 {
+    let admin = zgix.admin.expect("admin configured");
+    let mut client = Client::connect(admin);
+    let resp = client.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    assert_eq!(resp.status, 200);
+    let text = String::from_utf8(resp.body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("zgix_heap_allocations_total{shard=\"0\"} "))
+        .unwrap_or_else(|| panic!("no allocation counter in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Allocations of shard 0 over a window in which `requests` requests are sent
+/// on the warm connection. The window always contains exactly one /metrics
+/// scrape (which does allocate), so two windows differ only by the requests.
+fn window(zgix: &Zgix, client: &mut Client, requests: usize) -> u64 {
+    // Let the 100 ms tick publish everything before the window opens.
+    thread::sleep(Duration::from_millis(350));
+    let before = allocations(zgix);
+    for i in 0..requests {
+        let resp = client.request(
+            format!(
+                "GET /a/b?i={i} HTTP/1.1\r\nHost: t\r\nUser-Agent: test/1.0\r\nAccept: */*\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(resp.status, 200, "{}", resp.show());
+    }
+    thread::sleep(Duration::from_millis(350));
+    allocations(zgix) - before
+}
+
+const REQUESTS: usize = 2000;
+
+#[test]
+fn no_alloc_per_request() {
+    let origin = Origin::start();
+    let json = format!(
+        r#"{{ "cpus": [0], "admin": {{"bind": "127.0.0.1:0"}},
+  "listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "o",
+    "rate_limit": {{"requests": 1000000, "window_ms": 1000, "burst": 1000000}},
+    "conn_limit": {{"max": 100}},
+    "waf": {{"deny": ["union select", "<script", "../"]}} }} }}],
+  "clusters": {{"o": {{"endpoints": ["{}"]}}}},
+  "limits": {{"busy_poll_us": 100000}} }}"#,
+        origin.addr()
+    );
+    let zgix = Zgix::start_json(&json);
+    let mut client = Client::connect(zgix.addr());
+    // Warm up: the connection, its buffers, the upstream connection and pool.
+    for _ in 0..20 {
+        assert_eq!(client.get("/warm").status, 200);
+    }
+    let idle = window(&zgix, &mut client, 0);
+    let busy = window(&zgix, &mut client, REQUESTS);
+    // The scrape in each window allocates a varying few dozen times; one
+    // allocation per request would add REQUESTS.
+    assert!(
+        busy <= idle + REQUESTS as u64 / 20,
+        "{REQUESTS} requests made {} more allocations than none ({busy} vs {idle})",
+        busy.saturating_sub(idle)
+    );
+    assert_eq!(origin.accepted(), 1, "one pooled upstream connection");
+}
