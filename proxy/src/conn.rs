@@ -190,11 +190,13 @@ impl Conn {
                     // A head that started but did not finish in time: RFC 9110 §15.5.9.
                     if self.cend > self.cstart {
                         self.refuse(408, None).await;
+                        self.close_gracefully().await;
                     }
                     return;
                 }
                 HeadRead::Bad(e) => {
                     self.refuse(status_for(e), None).await;
+                    self.close_gracefully().await;
                     return;
                 }
             }
@@ -460,7 +462,7 @@ impl Conn {
             // The retry always dials a fresh connection.
             let (mut up, reused) = match self.acquire_upstream(ep, !retryable, retried).await {
                 Ok(x) => x,
-                Err(kind) => return self.upstream_failed(kind).await,
+                Err(kind) => return self.failed(Fail::Upstream(kind)).await,
             };
             match self
                 .exchange(&mut up, reused, body, coalesced, expect_continue)
@@ -796,7 +798,7 @@ impl Conn {
                     match up.read(&mut self.ubuf[at..]).await {
                         Ok(0) => return Err(Fail::Upstream(UpstreamError::Reset)),
                         Ok(n) => self.uend += n,
-                        Err(e) => return Err(upstream_read(&e)),
+                        Err(e) => return Err(upstream_io(&e)),
                     }
                 }
                 reusable = pos == self.uend;
@@ -809,7 +811,7 @@ impl Conn {
                     match up.read(&mut self.ubuf[..]).await {
                         Ok(0) => break,
                         Ok(n) => self.write_client_u(0, n).await?,
-                        Err(e) => return Err(upstream_read(&e)),
+                        Err(e) => return Err(upstream_io(&e)),
                     }
                 }
                 reusable = false;
@@ -877,7 +879,7 @@ impl Conn {
         match up.read(&mut self.ubuf[..]).await {
             Ok(0) => Err(Fail::Upstream(UpstreamError::Reset)),
             Ok(n) => Ok(n),
-            Err(e) => Err(upstream_read(&e)),
+            Err(e) => Err(upstream_io(&e)),
         }
     }
 
@@ -898,10 +900,6 @@ impl Conn {
             .write_all(&self.ubuf[a..b])
             .await
             .map_err(|_| Fail::ClientGone)
-    }
-
-    async fn upstream_failed(&mut self, kind: UpstreamError) -> Next {
-        self.failed(Fail::Upstream(kind)).await
     }
 
     /// Ends a failed exchange: an answer if the client has seen nothing yet, else a close.
@@ -927,14 +925,13 @@ impl Conn {
         Next::Close
     }
 
-    /// Answers with a generated `connection: close` refusal and closes.
+    /// Answers with a generated `connection: close` refusal; the caller then
+    /// closes the connection (`close_gracefully`).
     async fn refuse(&mut self, status: u16, retry_after: Option<u64>) {
         write_refusal(&mut self.out, status, retry_after);
         self.shard.counters.response(self.li, status);
         self.sent = true;
-        if self.client.write_all(&self.out).await.is_ok() {
-            self.close_gracefully().await;
-        }
+        let _ = self.client.write_all(&self.out).await;
     }
 
     /// Half-closes and drains what the client still sends for a short, bounded
@@ -963,10 +960,6 @@ fn upstream_io(e: &io::Error) -> Fail {
     } else {
         Fail::Upstream(UpstreamError::Reset)
     }
-}
-
-fn upstream_read(e: &io::Error) -> Fail {
-    upstream_io(e)
 }
 
 /// Client-triggered events are logged only when `ZGIX_DEBUG` is set: a hostile

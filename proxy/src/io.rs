@@ -164,10 +164,10 @@ impl Poller {
         self.free.borrow_mut().push(token);
     }
 
-    fn dispatch(&self, events: &[libc::epoll_event]) {
+    fn dispatch(&self, events: impl Iterator<Item = (u64, u32)>) {
         let mut slots = self.slots.borrow_mut();
-        for ev in events {
-            let (token, bits) = (ev.u64 as usize, ev.events as i32);
+        for (token, bits) in events {
+            let (token, bits) = (token as usize, bits as i32);
             let Some(s) = slots.get_mut(token) else {
                 continue;
             };
@@ -241,7 +241,7 @@ impl Poller {
         // SAFETY: events is a valid buffer of EVENTS entries.
         let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), EVENTS as i32, 0) };
         if n > 0 {
-            self.dispatch(&events[..n as usize]);
+            self.dispatch(events[..n as usize].iter().map(|e| (e.u64, e.events)));
             n as usize
         } else {
             0
@@ -300,11 +300,7 @@ impl Poller {
                 })
                 .await;
             if !got.is_empty() {
-                let evs: Vec<libc::epoll_event> = got
-                    .into_iter()
-                    .map(|(u64, events)| libc::epoll_event { events, u64 })
-                    .collect();
-                self.dispatch(&evs);
+                self.dispatch(got.into_iter());
                 last_event = Instant::now();
             }
         }

@@ -76,10 +76,6 @@ impl Pool {
             q.borrow_mut().clear();
         }
     }
-
-    pub fn idle_count(&self, endpoint: usize) -> usize {
-        self.idle[endpoint].borrow().len()
-    }
 }
 
 /// True when a pooled connection is still open with nothing unread: a

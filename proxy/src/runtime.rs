@@ -182,8 +182,7 @@ impl Runtime {
 
     /// Size of a connection's client read buffer: a whole head must fit in it.
     pub fn client_buffer_bytes(&self) -> usize {
-        let l = &self.config.limits;
-        l.buffer_bytes.max(l.max_header_bytes)
+        self.config.limits.client_read_buffer_bytes()
     }
 
     /// Size of a connection's upstream read buffer: a whole response head must fit.
