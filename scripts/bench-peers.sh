@@ -22,6 +22,12 @@ ratio to zgix.
                     stick-table + http-request deny)
   --targets LIST    any of zgix,nginx,haproxy,direct (default all four)
   --body-bytes N    origin response body size (default 64)
+  --fixed-rate R    after the wrk rounds, offer R requests/s open loop
+                    (zgix-bench load, --connections connections) to each proxy
+                    and report the proxy core's CPU time per request; zgix runs
+                    with busy polling off for this part so its CPU share is its
+                    work (default 10000; 0 skips it)
+  --rate-rounds N   interleaved rounds of the fixed-rate part (default 3)
   --base-port P     first of the local ports used (default 18080; uses P..P+9)
   --no-install      do not apt-get install missing wrk/nginx/haproxy
   --no-build        do not cargo build; use $ZGIX_BIN / $ZGIX_BENCH_BIN or the
@@ -37,7 +43,7 @@ USAGE
 }
 
 rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,nginx,haproxy,direct"
-body_bytes=64 base_port=18080 install=1 build=1
+body_bytes=64 base_port=18080 install=1 build=1 fixed_rate=10000 rate_rounds=3
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
@@ -47,13 +53,15 @@ while [ $# -gt 0 ]; do
         --targets) targets="$2"; shift 2 ;;
         --body-bytes) body_bytes="$2"; shift 2 ;;
         --base-port) base_port="$2"; shift 2 ;;
+        --fixed-rate) fixed_rate="$2"; shift 2 ;;
+        --rate-rounds) rate_rounds="$2"; shift 2 ;;
         --no-install) install=0; shift ;;
         --no-build) build=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-peers: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port"; do
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
 
@@ -168,8 +176,9 @@ wait_port "$origin_port" origin "$tmp/origin.log"
 rate_limit=10000000
 conn_limit=$(( connections * 4 > 1024 ? connections * 4 : 1024 ))
 
-start_zgix() { # MODE
-    local http='"cluster": "origin"'
+start_zgix() { # MODE [BUSY_POLL_US]
+    local http='"cluster": "origin"' limits=""
+    [ -n "${2:-}" ] && limits="\"limits\": {\"busy_poll_us\": $2},"
     if [ "$1" = on ]; then
         http+=", \"rate_limit\": {\"requests\": $rate_limit, \"window_ms\": 1000, \"burst\": $rate_limit}"
         http+=", \"conn_limit\": {\"max\": $conn_limit}"
@@ -177,7 +186,7 @@ start_zgix() { # MODE
     fi
     cat >"$tmp/zgix-$1.json" <<JSON
 {
-  "cpus": [$proxy_cpu],
+  "cpus": [$proxy_cpu], $limits
   "admin": {"bind": "127.0.0.1:$admin_port"},
   "listeners": [{"bind": "127.0.0.1:$zgix_port", "http": {$http}}],
   "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"], "lb": "round_robin"}}
@@ -276,19 +285,34 @@ to_us() {
         printf "%.0f", n }'
 }
 
+# cpu_ticks CPU: "busy total" jiffies of one CPU from /proc/stat.
+cpu_ticks() {
+    awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
+}
+
+# busy_pct BEFORE AFTER: busy share of the CPU between two cpu_ticks samples.
+busy_pct() {
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        dt = y[2] - x[2]; printf "%.0f", (dt > 0 ? 100 * (y[1] - x[1]) / dt : 0) }'
+}
+
 # run_wrk TARGET MODE SECONDS [record]
 run_wrk() {
-    local t="$1" mode="$2" secs="$3" out
+    local t="$1" mode="$2" secs="$3" out p0 o0
+    p0="$(cpu_ticks "$proxy_cpu")" o0="$(cpu_ticks "$origin_cpu")"
     out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency \
         "http://127.0.0.1:$(port_of "$t")/" 2>&1)" || { echo "$out" >&2; return 1; }
     [ "${4:-}" = record ] || return 0
-    local rps p50 p99 bad
+    local rps p50 p99 bad pcpu ocpu
+    pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
+    ocpu="$(busy_pct "$o0" "$(cpu_ticks "$origin_cpu")")"
     rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
     p50="$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
     p99="$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
     bad="$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")"
-    echo "$t $rps $p50 $p99 $bad" >>"$tmp/results-$mode"
-    printf '  %-8s %10.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s\n' "$t" "$rps" "$p50" "$p99" "$bad"
+    echo "$t $rps $p50 $p99 $bad $pcpu $ocpu" >>"$tmp/results-$mode"
+    printf '  %-8s %10.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU%s %3s%%  CPU%s %3s%%\n' \
+        "$t" "$rps" "$p50" "$p99" "$bad" "$proxy_cpu" "$pcpu" "$origin_cpu" "$ocpu"
 }
 
 # check TARGET PATH WANT: one request, warn if the status is not WANT.
@@ -304,18 +328,59 @@ report() { # MODE
     local mode="$1" t zr z50 z99
     echo
     echo "admission $mode: medians over $rounds rounds of ${duration}s, wrk -t1 -c$connections (latency in us)"
-    printf '%-8s %12s %8s %8s %10s %10s %10s %8s\n' target req/s p50 p99 "rps/zgix" "p50/zgix" "p99/zgix" errors
+    echo "(CPU$proxy_cpu: the proxies' core, CPU$origin_cpu: origin and wrk; busy share of each, median)"
+    printf '%-8s %12s %8s %8s %10s %10s %10s %8s %6s %6s\n' target req/s p50 p99 "rps/zgix" "p50/zgix" "p99/zgix" errors \
+        "CPU$proxy_cpu%" "CPU$origin_cpu%"
     col() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/results-$mode" | median; }
     zr="$(col zgix 2)" z50="$(col zgix 3)" z99="$(col zgix 4)"
     for t in zgix nginx haproxy direct; do
         has "$t" || continue
         awk -v t="$t" -v r="$(col "$t" 2)" -v p50="$(col "$t" 3)" -v p99="$(col "$t" 4)" \
             -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/results-$mode")" \
+            -v pc="$(col "$t" 6)" -v oc="$(col "$t" 7)" \
             -v zr="$zr" -v z50="$z50" -v z99="$z99" 'BEGIN {
-            printf "%-8s %12.0f %8.0f %8.0f %10s %10s %10s %8d\n", t, r, p50, p99,
+            printf "%-8s %12.0f %8.0f %8.0f %10s %10s %10s %8d %6.0f %6.0f\n", t, r, p50, p99,
                 (zr > 0 ? sprintf("%.2f", r / zr) : "-"),
                 (z50 > 0 ? sprintf("%.2f", p50 / z50) : "-"),
-                (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e }'
+                (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e, pc, oc }'
+    done
+}
+
+# run_rate TARGET MODE: one open-loop run at --fixed-rate; records the proxy
+# core's busy share and CPU microseconds per request.
+run_rate() {
+    local t="$1" mode="$2" out p0 pcpu
+    p0="$(cpu_ticks "$proxy_cpu")"
+    out="$("$bench_bin" load --url "http://127.0.0.1:$(port_of "$t")/" --connections "$connections" \
+        --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>/dev/null)" ||
+        { echo "bench-peers: zgix-bench load failed against $t" >&2; return 1; }
+    pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
+    python3 -c '
+import json, sys
+r = json.loads(sys.argv[1]); t, pc, d = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+ok = r["status"].get("200", 0); bad = r["requests"] - ok + sum(r["errors"].values())
+us = pc / 100 * r["duration_s"] * 1e6 / max(r["requests"], 1)
+print(t, round(r["requests_per_sec"]), r["latency_us"]["p50"], r["latency_us"]["p99"], bad, round(pc), round(us, 2))
+' "$out" "$t" "$pcpu" "$duration" >>"$tmp/rate-$mode"
+    tail -1 "$tmp/rate-$mode" | awk '{printf "  %-8s %8.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU'"$proxy_cpu"' %3s%%  %6.2f us CPU per request\n", $1, $2, $3, $4, $5, $6, $7}'
+}
+
+report_rate() { # MODE
+    local mode="$1" t zus
+    echo
+    echo "admission $mode, open loop at $fixed_rate req/s: medians over $rate_rounds rounds of ${duration}s,"
+    echo "$connections connections (zgix-bench load, latency from the scheduled send time, in us);"
+    echo "CPU$proxy_cpu us/req = the proxy core's busy time divided by requests (zgix with busy polling off)"
+    printf '%-8s %12s %8s %8s %8s %6s %12s %14s\n' target req/s p50 p99 errors "CPU$proxy_cpu%" "CPU$proxy_cpu us/req" "us/req÷zgix"
+    rcol() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/rate-$mode" | median; }
+    zus="$(rcol zgix 7)"
+    for t in zgix nginx haproxy; do
+        has "$t" || continue
+        awk -v t="$t" -v r="$(rcol "$t" 2)" -v p50="$(rcol "$t" 3)" -v p99="$(rcol "$t" 4)" \
+            -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/rate-$mode")" \
+            -v pc="$(rcol "$t" 6)" -v us="$(rcol "$t" 7)" -v zus="$zus" 'BEGIN {
+            printf "%-8s %12.0f %8.0f %8.0f %8d %6.0f %12.2f %14s\n", t, r, p50, p99, e, pc, us,
+                (zus > 0 ? sprintf("%.2f", us / zus) : "-") }'
     done
 }
 
@@ -339,6 +404,19 @@ for mode in "${mode_list[@]}"; do
         for t in "${target_list[@]}"; do run_wrk "$t" "$mode" "$duration" record; done
     done
     report "$mode"
+    if [ "$fixed_rate" -gt 0 ] && { has zgix || has nginx || has haproxy; }; then
+        echo
+        echo "-- admission $mode: fixed rate $fixed_rate req/s --"
+        : >"$tmp/rate-$mode"
+        if has zgix; then stop_pid "$zgix_pid"; start_zgix "$mode" 0; fi
+        for r in $(seq "$rate_rounds"); do
+            echo "rate round $r/$rate_rounds"
+            for t in "${target_list[@]}"; do
+                [ "$t" = direct ] || run_rate "$t" "$mode"
+            done
+        done
+        report_rate "$mode"
+    fi
     has zgix && stop_pid "$zgix_pid"
     has nginx && stop_pid "$nginx_pid"
     has haproxy && stop_pid "$haproxy_pid"
