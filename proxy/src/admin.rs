@@ -10,7 +10,8 @@ use crate::metrics::TableGauges;
 use crate::shard::Shard;
 
 /// Accepts admin connections until the shard drains.
-pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
+pub async fn serve(shard: Rc<Shard>, (listener, fd): (TcpListener, std::os::fd::RawFd)) {
+    let _watch = crate::shard::watch(&shard, fd);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             let _ = shard.shutdown.acquire(1).await;

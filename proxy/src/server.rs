@@ -100,7 +100,8 @@ fn spawn_shard(
     let guard_live = live.clone();
     let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
         .name(&format!("zgix-shard-{id}"))
-        .io_memory(IO_MEMORY);
+        .io_memory(IO_MEMORY)
+        .preempt_timer(crate::io::PREEMPT_EVERY);
     let handle = builder.spawn(move || async move {
         let _live = LiveGuard(guard_live);
         shard::run(id, rt, binds, admin, report).await;

@@ -3,7 +3,7 @@
 mod support;
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::*;
 
@@ -22,12 +22,22 @@ fn allocations(zgix: &Zgix) -> u64 {
 }
 
 /// Allocations of shard 0 over a window in which `requests` requests are sent
-/// on the warm connection. The window always contains exactly one /metrics
-/// scrape (which does allocate), so two windows differ only by the requests.
-fn window(zgix: &Zgix, client: &mut Client, requests: usize) -> u64 {
+/// on the warm connection, and how long the requests took. The window always
+/// contains exactly one /metrics scrape (which does allocate) and lasts at
+/// least `at_least` plus fixed margins, so two windows of the same length
+/// differ only by the requests: glommio's timer wheel allocates a little
+/// each time its loop fires timers, which is per unit of time, not per
+/// request.
+fn window(
+    zgix: &Zgix,
+    client: &mut Client,
+    requests: usize,
+    at_least: Duration,
+) -> (u64, Duration) {
     // Let the 100 ms tick publish everything before the window opens.
     thread::sleep(Duration::from_millis(350));
     let before = allocations(zgix);
+    let start = Instant::now();
     for i in 0..requests {
         let resp = client.request(
             format!(
@@ -37,8 +47,12 @@ fn window(zgix: &Zgix, client: &mut Client, requests: usize) -> u64 {
         );
         assert_eq!(resp.status, 200, "{}", resp.show());
     }
+    let took = start.elapsed();
+    if let Some(rest) = at_least.checked_sub(took) {
+        thread::sleep(rest);
+    }
     thread::sleep(Duration::from_millis(350));
-    allocations(zgix) - before
+    (allocations(zgix) - before, took)
 }
 
 const REQUESTS: usize = 2000;
@@ -62,8 +76,8 @@ fn no_alloc_per_request() {
     for _ in 0..20 {
         assert_eq!(client.get("/warm").status, 200);
     }
-    let idle = window(&zgix, &mut client, 0);
-    let busy = window(&zgix, &mut client, REQUESTS);
+    let (busy, took) = window(&zgix, &mut client, REQUESTS, Duration::ZERO);
+    let (idle, _) = window(&zgix, &mut client, 0, took);
     // The scrape in each window allocates a varying few dozen times; one
     // allocation per request would add REQUESTS.
     assert!(
