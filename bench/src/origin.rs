@@ -1,10 +1,17 @@
 //! `zgix-bench origin`: a fast keep-alive HTTP/1.1 origin, one glommio executor per CPU.
 //!
-//! Every executor binds the same address; glommio's `TcpListener::bind` sets
-//! SO_REUSEPORT, so the kernel spreads connections over the executors and no
-//! socket is shared between threads. Per request the steady state is one
-//! `recv` and one `send`: responses are preformatted once at start-up, and the
-//! responses to all requests found in one read (pipelining) go out in one write.
+//! Every executor binds the same address with SO_REUSEPORT, so the kernel
+//! spreads connections over the executors and no socket is shared between
+//! threads. Per request the steady state is one `recv` and one `send`:
+//! responses are preformatted once at start-up, and the responses to all
+//! requests found in one read (pipelining) go out in one write.
+//!
+//! Socket readiness comes from zgix's own per-executor epoll poller
+//! (`zgix::io`), without busy polling, as nginx does: the origin usually shares
+//! a core with the load generator, and glommio's io_uring readiness would have
+//! every packet a proxy on another core sends it interrupt that shared core
+//! (see `zgix::io` for the measurement). With `--delay-ms` the origin uses
+//! glommio's streams instead, so its timers fire on time.
 
 use crate::args::{parse_cpu_list, Args};
 use crate::executor;
@@ -12,6 +19,7 @@ use crate::http::{self, BodyKind, ChunkedDecoder, FrameError, Head};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -157,7 +165,7 @@ pub fn start(cfg: &OriginConfig) -> Result<Origin, String> {
         let (tx, rx) = mpsc::channel::<Result<SocketAddr, String>>();
         let shard_cfg = cfg.clone();
         let handle = executor::spawn(&format!("origin-{i}"), Some(cpu), move || async move {
-            let listener = match TcpListener::bind(addr) {
+            let (listener, fd) = match zgix::io::bind_listener(addr) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = tx.send(Err(format!("cannot bind {addr}: {e}")));
@@ -165,7 +173,7 @@ pub fn start(cfg: &OriginConfig) -> Result<Origin, String> {
                 }
             };
             let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
-            accept_loop(listener, shard_cfg).await;
+            accept_loop(listener, fd, shard_cfg).await;
         })?;
         match rx.recv() {
             Ok(Ok(bound)) => addr = bound,
@@ -187,19 +195,47 @@ pub fn run(cfg: OriginConfig) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, cfg: OriginConfig) {
+async fn accept_loop(listener: TcpListener, fd: RawFd, cfg: OriginConfig) {
     let responses = Rc::new(Responses::new(&cfg));
     let cfg = Rc::new(cfg);
+    // No busy polling: the origin shares its core with the load generator.
+    let poller = match cfg.delay.is_zero() {
+        true => match zgix::io::Poller::new(Duration::ZERO) {
+            Ok(p) => {
+                glommio::spawn_local(p.clone().run()).detach();
+                Some(p)
+            }
+            Err(e) => {
+                eprintln!("origin: no epoll set ({e}); using glommio's streams");
+                None
+            }
+        },
+        false => None,
+    };
+    let _watch = poller.as_ref().and_then(|p| p.watch_listener(fd).ok());
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                let _ = stream.set_nodelay(true);
                 let (responses, cfg) = (responses.clone(), cfg.clone());
-                glommio::spawn_local(async move {
-                    // Errors here are the client's doing (reset, garbage):
-                    // closing the connection is the whole handling.
-                    let _ = serve(stream, &responses, &cfg).await;
-                })
-                .detach();
+                // Errors while serving are the client's doing (reset,
+                // garbage): closing the connection is the whole handling.
+                match &poller {
+                    Some(p) => match zgix::io::Sock::new(stream, p) {
+                        Ok(sock) => glommio::spawn_local(async move {
+                            let _ = serve(sock, &responses, &cfg).await;
+                        })
+                        .detach(),
+                        Err(e) => {
+                            eprintln!("origin: cannot watch a connection: {e}");
+                            continue;
+                        }
+                    },
+                    None => glommio::spawn_local(async move {
+                        let _ = serve(stream, &responses, &cfg).await;
+                    })
+                    .detach(),
+                };
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -218,8 +254,31 @@ enum State {
     Chunked(Head, ChunkedDecoder),
 }
 
-async fn serve(mut stream: TcpStream, resp: &Responses, cfg: &OriginConfig) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
+/// A connection's socket, whichever way it does I/O.
+trait Conn {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()>;
+}
+
+impl Conn for TcpStream {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        AsyncReadExt::read(self, buf).await
+    }
+    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        AsyncWriteExt::write_all(self, buf).await
+    }
+}
+
+impl Conn for zgix::io::Sock {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        zgix::io::Sock::read(self, buf).await
+    }
+    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        zgix::io::Sock::write_all(self, buf).await
+    }
+}
+
+async fn serve(mut stream: impl Conn, resp: &Responses, cfg: &OriginConfig) -> std::io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     let (mut pos, mut filled) = (0usize, 0usize);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
@@ -424,5 +483,25 @@ mod tests {
         // The origin still serves a clean request afterwards.
         let out = exchange(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
         assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    }
+
+    #[test]
+    fn delay_holds_each_response_back() {
+        // --delay-ms serves through glommio's streams (its timers); the
+        // other tests cover the epoll path.
+        let cfg = OriginConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            cpus: vec![0],
+            body_bytes: 5,
+            delay: Duration::from_millis(40),
+            chunked: false,
+            echo: false,
+        };
+        let addr = start(&cfg).unwrap().addr;
+        let t0 = std::time::Instant::now();
+        let out = exchange(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+        assert!(t0.elapsed() >= Duration::from_millis(40), "answered early");
+        assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        assert!(out.ends_with(b"Content-Length: 5\r\n\r\nxxxxx"));
     }
 }

@@ -30,14 +30,14 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
-use std::net::Shutdown;
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use glommio::net::TcpStream;
+use glommio::net::{TcpListener, TcpStream};
 
 /// Granularity of timeouts: deadlines are checked this often.
 pub const DEADLINE_TICK: Duration = Duration::from_millis(5);
@@ -430,6 +430,91 @@ impl Poller {
 async fn turn_glommio(nudge: &mut glommio::timer::Timer) {
     nudge.reset(NUDGE_WAIT);
     nudge.await;
+}
+
+/// Listen backlog asked for; the kernel caps it at `net.core.somaxconn`
+/// (`scripts/tune-sysctl.sh` raises that).
+const BACKLOG: i32 = 4096;
+
+/// Binds a listening socket as glommio's `TcpListener::bind` does
+/// (SO_REUSEPORT, so every shard binds the same address and the kernel
+/// spreads connections), plus SO_REUSEADDR so a restart can rebind while old
+/// connections linger in TIME_WAIT, and a backlog that follows somaxconn.
+/// Returns the descriptor too: glommio's listener does not expose it, and the
+/// poller watches it.
+pub fn bind_listener(addr: SocketAddr) -> io::Result<(TcpListener, RawFd)> {
+    let err = io::Error::last_os_error;
+    let family = if addr.is_ipv6() {
+        libc::AF_INET6
+    } else {
+        libc::AF_INET
+    };
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(err());
+    }
+    // SAFETY: fd is a fresh socket; glommio's listener owns it from here on
+    // (and closes it on drop, also on the error paths below).
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    for opt in [libc::SO_REUSEPORT, libc::SO_REUSEADDR] {
+        // SAFETY: fd is open; the option value is a c_int that outlives the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(err());
+        }
+    }
+    // SAFETY: both sockaddr structs are plain data; zeroed is a valid start.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe {
+                &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe {
+                &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: storage holds a valid address of `len` bytes; fd is open.
+    if unsafe {
+        libc::bind(
+            fd,
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len as libc::socklen_t,
+        )
+    } < 0
+    {
+        return Err(err());
+    }
+    // SAFETY: fd is a bound socket.
+    if unsafe { libc::listen(fd, BACKLOG) } < 0 {
+        return Err(err());
+    }
+    Ok((listener, fd))
 }
 
 /// How a park ended.

@@ -2,7 +2,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -124,7 +124,7 @@ pub async fn run(
     let mut listeners = Vec::with_capacity(binds.len());
     let mut bound = Vec::with_capacity(binds.len());
     for (i, addr) in binds.iter().enumerate() {
-        match bind_listener(*addr) {
+        match crate::io::bind_listener(*addr) {
             Ok(l) => {
                 bound.push(l.0.local_addr().unwrap_or(*addr));
                 listeners.push(l);
@@ -136,7 +136,7 @@ pub async fn run(
         }
     }
     let admin_listener = match admin {
-        Some(addr) => match bind_listener(addr) {
+        Some(addr) => match crate::io::bind_listener(addr) {
             Ok(l) => Some(l),
             Err(e) => {
                 let _ = report.send(Err(format!("admin: cannot bind {addr}: {e}")));
@@ -204,91 +204,6 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, (listener, fd): (TcpListener, 
     }
     // Dropping the listener closes this shard's socket; others may still accept
     // until their own tick notices the drain.
-}
-
-/// Listen backlog asked for; the kernel caps it at `net.core.somaxconn`
-/// (`scripts/tune-sysctl.sh` raises that).
-const BACKLOG: i32 = 4096;
-
-/// Binds a listening socket as glommio's `TcpListener::bind` does
-/// (SO_REUSEPORT, so every shard binds the same address and the kernel
-/// spreads connections), plus SO_REUSEADDR so a restart can rebind while old
-/// connections linger in TIME_WAIT, and a backlog that follows somaxconn.
-/// Returns the descriptor too: glommio's listener does not expose it, and the
-/// poller watches it.
-fn bind_listener(addr: SocketAddr) -> std::io::Result<(TcpListener, RawFd)> {
-    let err = std::io::Error::last_os_error;
-    let family = if addr.is_ipv6() {
-        libc::AF_INET6
-    } else {
-        libc::AF_INET
-    };
-    // SAFETY: plain syscall; the result is checked.
-    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(err());
-    }
-    // SAFETY: fd is a fresh socket; glommio's listener owns it from here on
-    // (and closes it on drop, also on the error paths below).
-    let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    for opt in [libc::SO_REUSEPORT, libc::SO_REUSEADDR] {
-        // SAFETY: fd is open; the option value is a c_int that outlives the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(err());
-        }
-    }
-    // SAFETY: both sockaddr structs are plain data; zeroed is a valid start.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe {
-                &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
-            };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
-            let sin6 = unsafe {
-                &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
-            };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    // SAFETY: storage holds a valid address of `len` bytes; fd is open.
-    if unsafe {
-        libc::bind(
-            fd,
-            (&storage as *const libc::sockaddr_storage).cast(),
-            len as libc::socklen_t,
-        )
-    } < 0
-    {
-        return Err(err());
-    }
-    // SAFETY: fd is a bound socket.
-    if unsafe { libc::listen(fd, BACKLOG) } < 0 {
-        return Err(err());
-    }
-    Ok((listener, fd))
 }
 
 /// Puts a listener in the shard's poller set; see `Poller::watch_listener`.
