@@ -17,7 +17,7 @@ mod slot_table;
 mod token_bucket;
 mod waf;
 
-pub use clock::monotonic_now_ns;
+pub use clock::{monotonic_now_ns, monotonic_ns_at};
 pub use conn_table::{ConnDecision, ConnDecisionKind, ConnGuard, ConnTable};
 pub use identity::ClientId;
 pub use rate_table::RateTable;

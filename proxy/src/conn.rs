@@ -93,6 +93,8 @@ pub struct Conn {
     client: Sock,
     /// The client's address: the PROXY header's source, else the peer.
     ip: IpAddr,
+    /// `ip` as text, for X-Forwarded-For.
+    ip_text: wire::IpText,
     id: ClientId,
     cbuf: Box<[u8]>,
     cstart: usize,
@@ -142,6 +144,7 @@ impl Conn {
             li,
             client,
             ip,
+            ip_text: wire::IpText::new(ip),
             id: ClientId::from_ip(ip),
             cbuf: vec![0u8; rt.client_buffer_bytes()].into_boxed_slice(),
             cstart: 0,
@@ -219,6 +222,7 @@ impl Conn {
                         self.cstart = h.consumed;
                         if let Some(src) = h.source {
                             self.ip = client_ip(src.ip());
+                            self.ip_text = wire::IpText::new(self.ip);
                             self.id = ClientId::from_ip(self.ip);
                         }
                         return Ok(());
@@ -330,7 +334,7 @@ impl Conn {
         if let Some(p) = lst.rate_limit {
             match rt
                 .rate_table
-                .check(self.id, p, zgix_admission::monotonic_now_ns())
+                .check(self.id, p, zgix_admission::monotonic_ns_at(t0))
             {
                 RateDecision::Allowed => {}
                 RateDecision::TableFull => c.rate_limit_full.inc(),
@@ -433,7 +437,7 @@ impl Conn {
                 &mut self.out,
                 base,
                 &self.req,
-                self.ip,
+                &self.ip_text,
                 rt.endpoints[ep],
                 edits,
             );
@@ -484,7 +488,7 @@ impl Conn {
                 let status = self.resp.status;
                 shard.counters.response(self.li, status);
                 if end.upstream_reusable && self.resp.keep_alive {
-                    shard.pool.put(ep, up, Instant::now());
+                    shard.pool.put(ep, up, shard.poller.now());
                 }
                 if end.client_keep {
                     Next::KeepAlive
@@ -505,7 +509,7 @@ impl Conn {
         fresh: bool,
     ) -> Result<(Sock, bool), UpstreamError> {
         let shard = &self.shard;
-        let now = Instant::now();
+        let now = shard.poller.now();
         while let Some(s) = (!fresh).then(|| shard.pool.take(ep, now)).flatten() {
             if !must_be_alive || crate::pool::looks_alive(&s) {
                 return Ok((s, true));

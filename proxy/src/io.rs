@@ -102,6 +102,10 @@ pub struct Poller {
     /// Requests in flight on glommio's rings that the shard waits for
     /// (upstream connects): the poller does not sleep in `epoll_wait` then.
     ring_ops: Cell<usize>,
+    /// The time the poller read at its last turn, and whether it is still
+    /// turning (see [`Poller::now`]).
+    clock: Cell<Instant>,
+    clock_live: Cell<bool>,
 }
 
 impl Drop for Poller {
@@ -134,6 +138,8 @@ impl Poller {
             spin,
             turn_soon: Cell::new(false),
             ring_ops: Cell::new(0),
+            clock: Cell::new(Instant::now()),
+            clock_live: Cell::new(false),
         }))
     }
 
@@ -298,6 +304,8 @@ impl Poller {
         while !self.stopped.get() {
             let n = self.poll_now(&mut events);
             let now = Instant::now();
+            self.clock.set(now);
+            self.clock_live.set(true);
             if n > 0 {
                 last_event = now;
                 empty_turns = 0;
@@ -311,6 +319,7 @@ impl Poller {
             }
             if self.waiting.get() == 0 {
                 // Nobody waits: sleep until a task starts waiting.
+                self.clock_live.set(false);
                 IdleWait { poller: &self }.await;
                 last_event = Instant::now();
                 empty_turns = 0;
@@ -332,6 +341,7 @@ impl Poller {
                 .map(|d| d.saturating_duration_since(now))
                 .unwrap_or(PARK_MAX)
                 .min(PARK_MAX);
+            self.clock_live.set(false);
             match self.park(&mut events, until) {
                 Parked::Events => {
                     last_event = Instant::now();
@@ -340,6 +350,8 @@ impl Poller {
                 Parked::Interrupted => self.turn_soon.set(true),
                 Parked::TimedOut => {}
             }
+            self.clock.set(Instant::now());
+            self.clock_live.set(true);
             glommio::executor().yield_now().await;
         }
     }
@@ -379,6 +391,18 @@ impl Poller {
             Parked::Interrupted
         } else {
             Parked::TimedOut
+        }
+    }
+
+    /// The time for deadlines and pool ages, without a clock read: what the
+    /// poller read at its last turn while it is turning (busy polling, at
+    /// most one round of tasks old), else a fresh read. Deadlines are only
+    /// checked every [`DEADLINE_TICK`], so a round's staleness is noise.
+    pub fn now(&self) -> Instant {
+        if self.clock_live.get() {
+            self.clock.get()
+        } else {
+            Instant::now()
         }
     }
 
@@ -599,7 +623,7 @@ impl Future for Ready<'_> {
             )));
         }
         if let Some(d) = self.deadline {
-            if Instant::now() >= d {
+            if p.now() >= d {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "operation timed out",
@@ -717,7 +741,7 @@ impl Sock {
                 // Known empty since the last short read: skip the EAGAIN
                 // syscall and wait for the next edge straight away.
                 let deadline = *deadline
-                    .get_or_insert_with(|| self.read_timeout.get().map(|d| Instant::now() + d));
+                    .get_or_insert_with(|| self.read_timeout.get().map(|d| self.poller.now() + d));
                 Ready {
                     sock: self,
                     dir: Dir::Read,
@@ -772,7 +796,7 @@ impl Sock {
             match e.kind() {
                 io::ErrorKind::WouldBlock => {
                     self.mark(Dir::Write, false);
-                    let deadline = self.write_timeout.get().map(|d| Instant::now() + d);
+                    let deadline = self.write_timeout.get().map(|d| self.poller.now() + d);
                     Ready {
                         sock: self,
                         dir: Dir::Write,

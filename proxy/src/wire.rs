@@ -7,6 +7,29 @@ use zgix_parser::{HeaderKind, RequestHead, ResponseHead};
 
 use crate::filters::{FiltersRt, Walk};
 
+/// A client address as text, formatted once per connection: X-Forwarded-For
+/// is written on every request.
+#[derive(Clone, Copy)]
+pub struct IpText {
+    /// Long enough for any IPv6 text form (45 bytes, with an embedded IPv4).
+    buf: [u8; 45],
+    len: u8,
+}
+
+impl IpText {
+    pub fn new(ip: IpAddr) -> IpText {
+        let mut buf = [0u8; 45];
+        let mut cur = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(cur, "{ip}");
+        let len = cur.position() as u8;
+        IpText { buf, len }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
 /// Writes the head zgix sends upstream into `out` (cleared first).
 ///
 /// - The request line carries the canonical path and the raw query, always as
@@ -25,7 +48,7 @@ pub fn write_request_head(
     out: &mut Vec<u8>,
     base: &[u8],
     req: &RequestHead,
-    client: IpAddr,
+    client: &IpText,
     endpoint: SocketAddr,
     edits: Option<(&FiltersRt, &Walk)>,
 ) {
@@ -85,7 +108,8 @@ pub fn write_request_head(
             }
         }
     }
-    let _ = write!(out, "{client}\r\n\r\n");
+    out.extend_from_slice(client.as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
 }
 
 /// Writes the head zgix sends the client into `out` (cleared first): the
@@ -131,4 +155,24 @@ pub fn write_response_head(
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_text_matches_display_for_every_form() {
+        for ip in [
+            "203.0.113.7",
+            "255.255.255.255",
+            "2001:db8::1",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "::ffff:255.255.255.255",
+            "::",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(IpText::new(ip).as_bytes(), ip.to_string().as_bytes());
+        }
+    }
 }
