@@ -310,7 +310,7 @@ run_wrk() {
     p50="$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
     p99="$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
     bad="$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")"
-    echo "$t $rps $p50 $p99 $bad $pcpu $ocpu" >>"$tmp/results-$mode"
+    echo "$t $rps $p50 $p99 $bad $pcpu $ocpu ${round:-0}" >>"$tmp/results-$mode"
     printf '  %-8s %10.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU%s %3s%%  CPU%s %3s%%\n' \
         "$t" "$rps" "$p50" "$p99" "$bad" "$proxy_cpu" "$pcpu" "$origin_cpu" "$ocpu"
 }
@@ -344,6 +344,17 @@ report() { # MODE
                 (z50 > 0 ? sprintf("%.2f", p50 / z50) : "-"),
                 (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e, pc, oc }'
     done
+    # The host's speed drifts between rounds; targets within one round ran
+    # seconds apart, so per-round ratios are steadier than ratios of medians.
+    if has zgix && { has nginx || has haproxy; }; then
+        awk '$1 == "zgix" { z[$8] = $2 } $1 == "nginx" || $1 == "haproxy" { if ($2 > p[$8]) p[$8] = $2 }
+            END { n = 0; for (r in z) if (p[r] > 0) v[++n] = z[r] / p[r]
+                  if (n == 0) exit
+                  for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+                  m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+                  printf "zgix req/s ÷ the better peer'"'"'s in the same round: median %.2f (min %.2f, max %.2f, %d rounds)\n", m, v[1], v[n], n }' \
+            "$tmp/results-$mode"
+    fi
 }
 
 # run_rate TARGET MODE: one open-loop run at --fixed-rate; records the proxy
@@ -401,6 +412,7 @@ for mode in "${mode_list[@]}"; do
     done
     for r in $(seq "$rounds"); do
         echo "round $r/$rounds"
+        round=$r
         for t in "${target_list[@]}"; do run_wrk "$t" "$mode" "$duration" record; done
     done
     report "$mode"
