@@ -517,10 +517,8 @@ impl Conn {
         }
         shard.counters.upstream_connects.inc();
         let addr = shard.rt.endpoints[ep];
-        let connecting = shard.poller.ring_op();
-        let connected = TcpStream::connect_timeout(addr, shard.rt.timeouts.upstream_connect).await;
-        drop(connecting);
-        match connected {
+        shard.poller.ring_op();
+        match TcpStream::connect_timeout(addr, shard.rt.timeouts.upstream_connect).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
                 Sock::new(s, &shard.poller)

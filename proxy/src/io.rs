@@ -99,9 +99,6 @@ pub struct Poller {
     /// glommio's loop should turn at once: a watched listener has a
     /// connection, or a park was interrupted by a ring completion.
     turn_soon: Cell<bool>,
-    /// Requests in flight on glommio's rings that the shard waits for
-    /// (upstream connects): the poller does not sleep in `epoll_wait` then.
-    ring_ops: Cell<usize>,
     /// The time the poller read at its last turn, and whether it is still
     /// turning (see [`Poller::now`]).
     clock: Cell<Instant>,
@@ -137,7 +134,6 @@ impl Poller {
             stopped: Cell::new(false),
             spin,
             turn_soon: Cell::new(false),
-            ring_ops: Cell::new(0),
             clock: Cell::new(Instant::now()),
             clock_live: Cell::new(false),
         }))
@@ -314,7 +310,12 @@ impl Poller {
             }
             self.expire(now);
             if self.turn_soon.take() {
-                turn_glommio(&mut nudge).await;
+                if !turn_glommio(&mut nudge).await {
+                    // The nudge had expired before it could suspend: no turn
+                    // happened, so try again.
+                    self.turn_soon.set(true);
+                    glommio::executor().yield_now().await;
+                }
                 continue;
             }
             if self.waiting.get() == 0 {
@@ -327,7 +328,6 @@ impl Poller {
             }
             let quiet = now.duration_since(last_event) >= self.spin
                 && empty_turns >= PARK_AFTER_EMPTY_TURNS
-                && self.ring_ops.get() == 0
                 && !glommio::executor().need_preempt();
             if !quiet {
                 glommio::executor().yield_now().await;
@@ -373,7 +373,9 @@ impl Poller {
     ///   and the poller then lets glommio's loop turn; completions glommio
     ///   has not reaped yet show in `need_preempt()` (accept, connect and
     ///   wake-ups from other threads use its latency ring) and the poller
-    ///   does not park while it is set, nor while a connect is in flight;
+    ///   does not park while it is set; a request glommio has queued but not
+    ///   submitted yet (a connect) makes its loop turn first
+    ///   ([`Poller::ring_op`]);
     /// - tasks woken by other tasks: the poller parks only after
     ///   [`PARK_AFTER_EMPTY_TURNS`] empty polls with a yield in between.
     ///
@@ -419,16 +421,12 @@ impl Poller {
         })
     }
 
-    /// Marks a request on glommio's rings (an upstream connect) in flight
-    /// until the guard drops: the poller keeps spinning rather than sleep
-    /// in `epoll_wait`, where the request could sit unsubmitted.
-    pub fn ring_op(self: &Rc<Self>) -> RingOp {
-        self.ring_ops.set(self.ring_ops.get() + 1);
-        // glommio queues the request; its loop must turn to submit it.
+    /// Call before starting a request on glommio's rings that the shard will
+    /// wait for (an upstream connect): glommio only queues it, so the poller
+    /// makes glommio's loop turn and submit it before it may sleep in
+    /// `epoll_wait`. Its completion then interrupts the sleep.
+    pub fn ring_op(&self) {
         self.turn_soon.set(true);
-        RingOp {
-            poller: self.clone(),
-        }
     }
 
     fn note_waiter(&self) {
@@ -451,9 +449,19 @@ impl Poller {
 /// one round. It is done on demand (a watched listener's event, a connect, a
 /// park interrupted by a ring completion), not per request: glommio's timer
 /// wheel allocates when it fires timers.
-async fn turn_glommio(nudge: &mut glommio::timer::Timer) {
+/// Returns whether the poller was suspended, i.e. whether the loop turned.
+async fn turn_glommio(nudge: &mut glommio::timer::Timer) -> bool {
     nudge.reset(NUDGE_WAIT);
-    nudge.await;
+    let mut suspended = false;
+    std::future::poll_fn(|cx| match Pin::new(&mut *nudge).poll(cx) {
+        Poll::Ready(_) => Poll::Ready(()),
+        Poll::Pending => {
+            suspended = true;
+            Poll::Pending
+        }
+    })
+    .await;
+    suspended
 }
 
 /// Listen backlog asked for; the kernel caps it at `net.core.somaxconn`
@@ -560,17 +568,6 @@ pub struct ListenerWatch {
 impl Drop for ListenerWatch {
     fn drop(&mut self) {
         self.poller.release(self.token, Some(self.fd));
-    }
-}
-
-/// A request in flight on glommio's rings; see [`Poller::ring_op`].
-pub struct RingOp {
-    poller: Rc<Poller>,
-}
-
-impl Drop for RingOp {
-    fn drop(&mut self) {
-        self.poller.ring_ops.set(self.poller.ring_ops.get() - 1);
     }
 }
 
