@@ -77,7 +77,10 @@ for _ in $(seq 100); do grep -q "listening on" "$tmp/origin.log" 2>/dev/null && 
 origin="$(grep -o 'listening on [0-9.:]*' "$tmp/origin.log" | awk '{print $3}')"
 [ -n "$origin" ] || { echo "bench-admission: origin did not start" >&2; cat "$tmp/origin.log" >&2; exit 1; }
 
-start_zgix() { # NAME HTTP-EXTRA
+# start_zgix NAME HTTP-EXTRA: sets $addr to the instance's listener. Not run in
+# a command substitution: that subshell would keep the PID from `pids`, and the
+# instance would outlive the script.
+start_zgix() {
     cat >"$tmp/$1.json" <<JSON
 { "cpus": [$proxy_cpu],
   "listeners": [{"bind": "127.0.0.1:0", "http": {"cluster": "origin"$2}}],
@@ -86,11 +89,13 @@ JSON
     "$zgix_bin" --config "$tmp/$1.json" >"$tmp/$1.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 100); do grep -q "ready" "$tmp/$1.log" 2>/dev/null && break; sleep 0.1; done
-    grep -o 'listener 0 on [0-9.:]*' "$tmp/$1.log" | awk '{print $4}'
+    addr="$(grep -o 'listener 0 on [0-9.:]*' "$tmp/$1.log" | awk '{print $4}')"
 }
-off="$(start_zgix off "")"
-on="$(start_zgix on ', "rate_limit": {"requests": 1000000000, "window_ms": 1000, "burst": 1000000000},
-    "conn_limit": {"max": 100000}, "waf": {"deny": ["union select", "<script", "../"], "status": 403}')"
+start_zgix off ""
+off="$addr"
+start_zgix on ', "rate_limit": {"requests": 1000000000, "window_ms": 1000, "burst": 1000000000},
+    "conn_limit": {"max": 100000}, "waf": {"deny": ["union select", "<script", "../"], "status": 403}'
+on="$addr"
 [ -n "$off" ] && [ -n "$on" ] || { echo "bench-admission: zgix did not start" >&2; cat "$tmp"/*.log >&2; exit 1; }
 got="$(curl -s -o /dev/null -w '%{http_code}' "http://$on/x?q=UNION%20select+../etc")"
 [ "$got" = 403 ] || { echo "bench-admission: the WAF did not refuse a probe (got $got)" >&2; exit 1; }
