@@ -29,7 +29,8 @@ ratio to zgix.
                     work (default 10000; 0 skips it)
   --rate-rounds N   interleaved rounds of the fixed-rate part (default 3)
   --base-port P     first of the local ports used (default 18080; uses P..P+9)
-  --no-install      do not apt-get install missing wrk/nginx/haproxy
+  --no-install      do not apt-get install missing wrk/nginx/haproxy (python3
+                    for --fixed-rate)
   --no-build        do not cargo build; use $ZGIX_BIN / $ZGIX_BENCH_BIN or the
                     release binaries under $CARGO_TARGET_DIR (default ./target)
   -h, --help        this text
@@ -71,6 +72,8 @@ has() { [[ ",$targets," == *",$1,"* ]]; }
 # --- packages ------------------------------------------------------------
 missing=()
 command -v wrk >/dev/null || missing+=(wrk)
+# The fixed-rate phase reads zgix-bench load's JSON report with python3.
+if [ "$fixed_rate" -gt 0 ]; then command -v python3 >/dev/null || missing+=(python3); fi
 if has nginx; then command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx); fi
 if has haproxy; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
 if [ ${#missing[@]} -gt 0 ]; then

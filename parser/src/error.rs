@@ -33,6 +33,20 @@ pub enum ParseError {
 }
 
 impl ParseError {
+    /// Every variant, for exhaustive checks (the status mapping's tests).
+    pub const ALL: [ParseError; 10] = [
+        ParseError::Malformed,
+        ParseError::BadFraming,
+        ParseError::UnknownCoding,
+        ParseError::BadHost,
+        ParseError::BadChunk,
+        ParseError::UriTooLong,
+        ParseError::HeadersTooLarge,
+        ParseError::BodyTooLarge,
+        ParseError::UnsupportedVersion,
+        ParseError::ExpectationFailed,
+    ];
+
     /// A short, fixed description for logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -64,18 +78,7 @@ mod tests {
 
     #[test]
     fn every_variant_has_text() {
-        let all = [
-            ParseError::Malformed,
-            ParseError::BadFraming,
-            ParseError::UnknownCoding,
-            ParseError::BadHost,
-            ParseError::BadChunk,
-            ParseError::UriTooLong,
-            ParseError::HeadersTooLarge,
-            ParseError::BodyTooLarge,
-            ParseError::UnsupportedVersion,
-            ParseError::ExpectationFailed,
-        ];
+        let all = ParseError::ALL;
         for e in all {
             assert!(!e.as_str().is_empty());
             assert_eq!(e.to_string(), e.as_str());

@@ -269,15 +269,19 @@ impl Poller {
         self.next_expiry.get()
     }
 
-    fn poll_now(&self, events: &mut [libc::epoll_event; EVENTS]) -> usize {
-        // SAFETY: events is a valid buffer of EVENTS entries.
-        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), EVENTS as i32, 0) };
+    /// `epoll_wait` for up to `ms` milliseconds (0: do not block), dispatching
+    /// what it returns; the raw result (-1 on error, e.g. `EINTR`).
+    fn wait(&self, events: &mut [libc::epoll_event; EVENTS], ms: i32) -> i32 {
+        // SAFETY: events is a valid buffer of EVENTS entries; epfd is open.
+        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), EVENTS as i32, ms) };
         if n > 0 {
             self.dispatch(events[..n as usize].iter().map(|e| (e.u64, e.events)));
-            n as usize
-        } else {
-            0
         }
+        n
+    }
+
+    fn poll_now(&self, events: &mut [libc::epoll_event; EVENTS]) -> usize {
+        self.wait(events, 0).max(0) as usize
     }
 
     /// Ends [`Poller::run`] at its next turn (a park in progress ends within
@@ -384,10 +388,8 @@ impl Poller {
     /// the preemption timer is a ring request too, and interrupts the sleep.
     fn park(&self, events: &mut [libc::epoll_event; EVENTS], until: Duration) -> Parked {
         let ms = until.as_millis().clamp(1, PARK_MAX.as_millis()) as i32;
-        // SAFETY: events is a valid buffer of EVENTS entries; epfd is open.
-        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), EVENTS as i32, ms) };
+        let n = self.wait(events, ms);
         if n > 0 {
-            self.dispatch(events[..n as usize].iter().map(|e| (e.u64, e.events)));
             Parked::Events
         } else if n < 0 {
             Parked::Interrupted

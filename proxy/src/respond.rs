@@ -131,18 +131,7 @@ mod tests {
 
     #[test]
     fn every_parse_error_maps_to_a_client_or_gateway_status() {
-        for e in [
-            ParseError::Malformed,
-            ParseError::BadFraming,
-            ParseError::UnknownCoding,
-            ParseError::BadHost,
-            ParseError::BadChunk,
-            ParseError::UriTooLong,
-            ParseError::HeadersTooLarge,
-            ParseError::BodyTooLarge,
-            ParseError::UnsupportedVersion,
-            ParseError::ExpectationFailed,
-        ] {
+        for e in ParseError::ALL {
             let s = status_for(e);
             assert!((400..=505).contains(&s), "{e:?} -> {s}");
             assert!(
