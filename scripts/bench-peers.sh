@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks zgix against nginx and HAProxy in front of the same zgix-bench
-# origin, plus a direct run to the origin, with admission controls off and on.
+# origin, plus a bare TCP relay and a direct run to the origin, with admission
+# controls off and on.
 set -euo pipefail
 
 usage() {
@@ -8,10 +9,11 @@ usage() {
 usage: scripts/bench-peers.sh [options]
 
 Puts one zgix-bench origin behind zgix (1 shard), nginx (1 worker) and HAProxy
-(1 thread), all on 127.0.0.1, and loads each with `wrk -t1 -cN --latency` in
-interleaved rounds (zgix nginx haproxy direct, zgix nginx ...). Prints, per
-admission mode, the median requests/s, p50 and p99 of each target and its
-ratio to zgix.
+(1 thread), all on 127.0.0.1, plus a bare TCP relay and a direct run, and
+loads each with `wrk -t1 -cN --latency` in interleaved rounds (zgix nginx
+haproxy relay direct, zgix nginx ...). Prints, per admission mode, the median
+requests/s, p50 and p99 of each target, its ratio to zgix, and the median of
+the per-round ratios of zgix to each target.
 
   --rounds N        rounds per mode (default 5)
   --duration S      seconds per wrk run (default 5)
@@ -20,7 +22,12 @@ ratio to zgix.
                     (on = rate limit set high enough never to refuse, connection
                     limit, WAF deny list; nginx limit_req/limit_conn/if, HAProxy
                     stick-table + http-request deny)
-  --targets LIST    any of zgix,nginx,haproxy,direct (default all four)
+  --targets LIST    any of zgix,nginx,haproxy,relay,direct (default all five).
+                    relay is HAProxy in TCP mode (1 thread): it copies
+                    bytes between a client connection and its own upstream
+                    connection and parses nothing, so it marks what any proxy
+                    can reach on this CPU plan; it runs without admission
+                    controls in both modes and is not counted as a peer
   --body-bytes N    origin response body size (default 64)
   --fixed-rate R    after the wrk rounds, offer R requests/s open loop
                     (zgix-bench load, --connections connections) to each proxy
@@ -43,7 +50,7 @@ stopped on exit.
 USAGE
 }
 
-rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,nginx,haproxy,direct"
+rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,nginx,haproxy,relay,direct"
 body_bytes=64 base_port=18080 install=1 build=1 fixed_rate=10000 rate_rounds=3
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -65,6 +72,10 @@ done
 for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
+IFS=, read -r -a target_list <<<"$targets"
+for t in "${target_list[@]}"; do
+    case "$t" in zgix|nginx|haproxy|direct|relay) ;; *) echo "bench-peers: unknown target $t" >&2; exit 2 ;; esac
+done
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 has() { [[ ",$targets," == *",$1,"* ]]; }
@@ -75,7 +86,7 @@ command -v wrk >/dev/null || missing+=(wrk)
 # The fixed-rate phase reads zgix-bench load's JSON report with python3.
 if [ "$fixed_rate" -gt 0 ]; then command -v python3 >/dev/null || missing+=(python3); fi
 if has nginx; then command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx); fi
-if has haproxy; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
+if has haproxy || has relay; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$install" = 0 ]; then
         echo "bench-peers: missing ${missing[*]} and --no-install given" >&2; exit 1
@@ -162,8 +173,8 @@ wait_port() {
 
 port_free() { ! ss -ltnH "( sport = :$1 )" 2>/dev/null | grep -q .; }
 origin_port=$base_port zgix_port=$((base_port + 1)) nginx_port=$((base_port + 2))
-haproxy_port=$((base_port + 3)) admin_port=$((base_port + 9))
-for p in $origin_port $zgix_port $nginx_port $haproxy_port $admin_port; do
+haproxy_port=$((base_port + 3)) relay_port=$((base_port + 4)) admin_port=$((base_port + 9))
+for p in $origin_port $zgix_port $nginx_port $haproxy_port $relay_port $admin_port; do
     port_free "$p" || { echo "bench-peers: port $p is in use; pick another --base-port" >&2; exit 1; }
 done
 
@@ -273,10 +284,36 @@ CFG
     wait_port "$haproxy_port" haproxy "$tmp/haproxy.log"
 }
 
+# start_relay: HAProxy in TCP mode, one upstream connection per client
+# connection, no HTTP parsing and no admission controls.
+start_relay() {
+    local f="$tmp/relay.cfg"
+    cat >"$f" <<CFG
+global
+    nbthread 1
+    cpu-map 1/1 $proxy_cpu
+    maxconn $haproxy_maxconn
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend relay
+    bind 127.0.0.1:$relay_port
+    default_backend origin
+backend origin
+    server origin 127.0.0.1:$origin_port
+CFG
+    haproxy -f "$f" -db >"$tmp/relay.log" 2>&1 &
+    pids+=($!); relay_pid=$!
+    wait_port "$relay_port" relay "$tmp/relay.log"
+}
+
 port_of() {
     case "$1" in
         zgix) echo "$zgix_port" ;; nginx) echo "$nginx_port" ;;
         haproxy) echo "$haproxy_port" ;; direct) echo "$origin_port" ;;
+        relay) echo "$relay_port" ;;
     esac
 }
 
@@ -336,7 +373,7 @@ report() { # MODE
         "CPU$proxy_cpu%" "CPU$origin_cpu%"
     col() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/results-$mode" | median; }
     zr="$(col zgix 2)" z50="$(col zgix 3)" z99="$(col zgix 4)"
-    for t in zgix nginx haproxy direct; do
+    for t in zgix nginx haproxy relay direct; do
         has "$t" || continue
         awk -v t="$t" -v r="$(col "$t" 2)" -v p50="$(col "$t" 3)" -v p99="$(col "$t" 4)" \
             -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/results-$mode")" \
@@ -349,14 +386,19 @@ report() { # MODE
     done
     # The host's speed drifts between rounds; targets within one round ran
     # seconds apart, so per-round ratios are steadier than ratios of medians.
-    if has zgix && { has nginx || has haproxy; }; then
-        awk '$1 == "zgix" { z[$8] = $2 } $1 == "nginx" || $1 == "haproxy" { if ($2 > p[$8]) p[$8] = $2 }
-            END { n = 0; for (r in z) if (p[r] > 0) v[++n] = z[r] / p[r]
-                  if (n == 0) exit
-                  for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-                  m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-                  printf "zgix req/s ÷ the better peer'"'"'s in the same round: median %.2f (min %.2f, max %.2f, %d rounds)\n", m, v[1], v[n], n }' \
-            "$tmp/results-$mode"
+    # Each is taken against one target throughout (not the best of two per
+    # round, which would favour whichever peer had the luckier seconds).
+    if has zgix; then
+        for t in nginx haproxy relay direct; do
+            has "$t" || continue
+            awk -v t="$t" '$1 == "zgix" { z[$8] = $2 } $1 == t { p[$8] = $2 }
+                END { n = 0; for (r in z) if (p[r] > 0) v[++n] = z[r] / p[r]
+                      if (n == 0) exit
+                      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
+                      m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+                      printf "zgix req/s ÷ %s'"'"'s in the same round: median %.2f (min %.2f, max %.2f, %d rounds)\n", t, m, v[1], v[n], n }' \
+                "$tmp/results-$mode"
+        done
     fi
 }
 
@@ -388,7 +430,7 @@ report_rate() { # MODE
     printf '%-8s %12s %8s %8s %8s %6s %12s %14s\n' target req/s p50 p99 errors "CPU$proxy_cpu%" "CPU$proxy_cpu us/req" "us/req÷zgix"
     rcol() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/rate-$mode" | median; }
     zus="$(rcol zgix 7)"
-    for t in zgix nginx haproxy; do
+    for t in zgix nginx haproxy relay; do
         has "$t" || continue
         awk -v t="$t" -v r="$(rcol "$t" 2)" -v p50="$(rcol "$t" 3)" -v p99="$(rcol "$t" 4)" \
             -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/rate-$mode")" \
@@ -399,7 +441,6 @@ report_rate() { # MODE
 }
 
 IFS=, read -r -a mode_list <<<"$modes"
-IFS=, read -r -a target_list <<<"$targets"
 for mode in "${mode_list[@]}"; do
     case "$mode" in off|on) ;; *) echo "bench-peers: unknown mode $mode" >&2; exit 2 ;; esac
     echo
@@ -408,9 +449,12 @@ for mode in "${mode_list[@]}"; do
     has zgix && start_zgix "$mode"
     has nginx && start_nginx "$mode"
     has haproxy && start_haproxy "$mode"
+    has relay && start_relay
     for t in "${target_list[@]}"; do
         check "$t" / 200
-        if [ "$mode" = on ] && [ "$t" != direct ]; then check "$t" "/download?file=../../etc/passwd" 403; fi
+        if [ "$mode" = on ] && [ "$t" != direct ] && [ "$t" != relay ]; then
+            check "$t" "/download?file=../../etc/passwd" 403
+        fi
         run_wrk "$t" "$mode" 1 # warm-up: connection pools, caches
     done
     for r in $(seq "$rounds"); do
@@ -419,7 +463,7 @@ for mode in "${mode_list[@]}"; do
         for t in "${target_list[@]}"; do run_wrk "$t" "$mode" "$duration" record; done
     done
     report "$mode"
-    if [ "$fixed_rate" -gt 0 ] && { has zgix || has nginx || has haproxy; }; then
+    if [ "$fixed_rate" -gt 0 ] && { has zgix || has nginx || has haproxy || has relay; }; then
         echo
         echo "-- admission $mode: fixed rate $fixed_rate req/s --"
         : >"$tmp/rate-$mode"
@@ -435,4 +479,5 @@ for mode in "${mode_list[@]}"; do
     has zgix && stop_pid "$zgix_pid"
     has nginx && stop_pid "$nginx_pid"
     has haproxy && stop_pid "$haproxy_pid"
+    has relay && stop_pid "$relay_pid"
 done
