@@ -48,27 +48,9 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ncpu="$(nproc)"
 proxy_cpu=0
 load_cpu=$(( ncpu > 1 ? 1 : 0 ))
-tmp="$(mktemp -d /tmp/bench-admission.XXXXXX)"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_port() {
-    local i
-    for i in $(seq 100); do
-        curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$1/" && return 0
-        sleep 0.1
-    done
-    echo "bench-admission: nothing listening on 127.0.0.1:$1" >&2
-    cat "$tmp"/*.log >&2 || true
-    exit 1
-}
+bench_name=bench-admission
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
 
 taskset -c "$load_cpu" "$bench_bin" origin --bind 127.0.0.1:0 --cpus "$load_cpu" --body-bytes 64 \
     >"$tmp/origin.log" 2>&1 &
@@ -101,12 +83,11 @@ got="$(curl -s -o /dev/null -w '%{http_code}' "http://$on/x?q=UNION%20select+../
 [ "$got" = 403 ] || { echo "bench-admission: the WAF did not refuse a probe (got $got)" >&2; exit 1; }
 
 run() { # ADDR -> "rps p99us"
-    taskset -c "$load_cpu" wrk -t1 -c"$connections" -d"${duration}s" --latency "http://$1/" | awk '
-        /^Requests\/sec:/ {r = $2}
-        $1 == "99%" {v = $2 + 0; u = $2; sub(/^[0-9.]+/, "", u); if (u == "ms") v *= 1000; else if (u == "s") v *= 1000000; p = v}
-        END {printf "%.0f %.0f\n", r, p}'
+    local out
+    out="$(taskset -c "$load_cpu" wrk -t1 -c"$connections" -d"${duration}s" --latency "http://$1/")"
+    printf '%.0f %s\n' "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")" \
+        "$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
 }
-median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 echo "bench-admission: origin $origin (CPU $load_cpu), zgix off $off / on $on (CPU $proxy_cpu), wrk -t1 -c$connections ${duration}s x $rounds rounds"
 run "$off" >/dev/null; run "$on" >/dev/null # warm-up

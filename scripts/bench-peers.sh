@@ -139,37 +139,12 @@ echo "bench-peers: $ncpu CPUs; proxies on CPU $proxy_cpu, origin on CPU $origin_
 nginx_mask=$(printf '%x' $(( 1 << proxy_cpu )))
 
 # --- processes and cleanup -----------------------------------------------
-tmp="$(mktemp -d /tmp/bench-peers.XXXXXX)"
-pids=()
-cleanup() {
-    local pid
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# stop_pid PID: TERM one process we started and wait for it.
-stop_pid() {
-    local pid="$1" p keep=()
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    for p in "${pids[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
-    pids=("${keep[@]+"${keep[@]}"}")
-}
+bench_name=bench-peers
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
 
 # wait_port PORT NAME LOG: up to 10 s for a listener on 127.0.0.1:PORT.
-wait_port() {
-    local port="$1" name="$2" log="$3" i
-    for i in $(seq 100); do
-        if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/"; then return 0; fi
-        sleep 0.1
-    done
-    echo "bench-peers: $name did not come up on 127.0.0.1:$port; its log:" >&2
-    cat "$log" >&2 || true
-    exit 1
-}
+wait_port() { wait_http "127.0.0.1:$1" "$2" "$3"; }
 
 port_free() { ! ss -ltnH "( sport = :$1 )" 2>/dev/null | grep -q .; }
 origin_port=$base_port zgix_port=$((base_port + 1)) nginx_port=$((base_port + 2))
@@ -317,14 +292,6 @@ port_of() {
     esac
 }
 
-# to_us VALUE: wrk latency (e.g. 512.00us, 1.23ms, 1.01s) in microseconds.
-to_us() {
-    awk -v v="$1" 'BEGIN {
-        n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
-        if (u == "ms") n *= 1000; else if (u == "s") n *= 1000000; else if (u == "m") n *= 60000000
-        printf "%.0f", n }'
-}
-
 # cpu_ticks CPU: "busy total" jiffies of one CPU from /proc/stat.
 cpu_ticks() {
     awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
@@ -361,8 +328,6 @@ check() {
     got="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --path-as-is "http://127.0.0.1:$(port_of "$1")$2")" || true
     [ "$got" = "$3" ] || echo "bench-peers: warning: $1 answered $2 with $got, expected $3" >&2
 }
-
-median() { sort -n | awk '{a[NR] = $1} END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 report() { # MODE
     local mode="$1" t zr z50 z99
