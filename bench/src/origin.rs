@@ -19,7 +19,7 @@ use crate::http::{self, BodyKind, ChunkedDecoder, FrameError, Head};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -165,15 +165,15 @@ pub fn start(cfg: &OriginConfig) -> Result<Origin, String> {
         let (tx, rx) = mpsc::channel::<Result<SocketAddr, String>>();
         let shard_cfg = cfg.clone();
         let handle = executor::spawn(&format!("origin-{i}"), Some(cpu), move || async move {
-            let (listener, fd) = match zgix::io::bind_listener(addr) {
+            let fd = match zgix::io::bind_listener(addr) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = tx.send(Err(format!("cannot bind {addr}: {e}")));
                     return;
                 }
             };
-            let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
-            accept_loop(listener, fd, shard_cfg).await;
+            let _ = tx.send(zgix::io::local_addr(fd).map_err(|e| e.to_string()));
+            accept_loop(fd, shard_cfg).await;
         })?;
         match rx.recv() {
             Ok(Ok(bound)) => addr = bound,
@@ -195,15 +195,16 @@ pub fn run(cfg: OriginConfig) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, fd: RawFd, cfg: OriginConfig) {
+async fn accept_loop(fd: RawFd, cfg: OriginConfig) {
     let responses = Rc::new(Responses::new(&cfg));
     let cfg = Rc::new(cfg);
     // No busy polling: the origin shares its core with the load generator.
-    let poller = match cfg.delay.is_zero() {
-        true => match zgix::io::Poller::new(Duration::ZERO) {
-            Ok(p) => {
-                glommio::spawn_local(p.clone().run()).detach();
-                Some(p)
+    // With --delay-ms it keeps glommio's own streams (its timers run there).
+    let driver = match cfg.delay.is_zero() {
+        true => match zgix::io::Driver::new(&zgix::io::Options::new(zgix::io::Kind::Epoll)) {
+            Ok(d) => {
+                glommio::spawn_local(d.clone().run()).detach();
+                Some(d)
             }
             Err(e) => {
                 eprintln!("origin: no epoll set ({e}); using glommio's streams");
@@ -212,35 +213,53 @@ async fn accept_loop(listener: TcpListener, fd: RawFd, cfg: OriginConfig) {
         },
         false => None,
     };
-    let _watch = poller.as_ref().and_then(|p| p.watch_listener(fd).ok());
-    loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                let (responses, cfg) = (responses.clone(), cfg.clone());
-                // Errors while serving are the client's doing (reset,
-                // garbage): closing the connection is the whole handling.
-                match &poller {
-                    Some(p) => match zgix::io::Sock::new(stream, p) {
-                        Ok(sock) => glommio::spawn_local(async move {
+    match driver {
+        Some(d) => {
+            let listener = match zgix::io::Listener::from_fd(fd, &d) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("origin: cannot watch the listener: {e}");
+                    return;
+                }
+            };
+            loop {
+                match listener.accept().await {
+                    Ok((sock, _)) => {
+                        let _ = sock.set_nodelay(true);
+                        let (responses, cfg) = (responses.clone(), cfg.clone());
+                        // Errors while serving are the client's doing (reset,
+                        // garbage): closing the connection is the whole handling.
+                        glommio::spawn_local(async move {
                             let _ = serve(sock, &responses, &cfg).await;
                         })
-                        .detach(),
-                        Err(e) => {
-                            eprintln!("origin: cannot watch a connection: {e}");
-                            continue;
-                        }
-                    },
-                    None => glommio::spawn_local(async move {
-                        let _ = serve(stream, &responses, &cfg).await;
-                    })
-                    .detach(),
-                };
+                        .detach();
+                    }
+                    Err(e) => {
+                        eprintln!("origin: accept: {e}");
+                        d.sleep(Duration::from_millis(10)).await;
+                    }
+                }
             }
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                eprintln!("origin: accept: {e}");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        None => {
+            // SAFETY: fd is a bound listening socket handed to glommio here.
+            let listener = unsafe { TcpListener::from_raw_fd(fd) };
+            loop {
+                match listener.accept().await {
+                    Ok(stream) => {
+                        let _ = stream.set_nodelay(true);
+                        let (responses, cfg) = (responses.clone(), cfg.clone());
+                        glommio::spawn_local(async move {
+                            let _ = serve(stream, &responses, &cfg).await;
+                        })
+                        .detach();
+                    }
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        eprintln!("origin: accept: {e}");
+                        glommio::timer::sleep(Duration::from_millis(10)).await;
+                    }
+                }
             }
         }
     }

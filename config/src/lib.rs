@@ -14,6 +14,7 @@
 
 mod error;
 mod filter;
+mod io;
 mod limits;
 mod load;
 mod model;
@@ -25,6 +26,7 @@ pub use filter::{
     RequestHeaders, Respond, ResponseHeaders, Rewrite, Route, FORBIDDEN_EDIT_HEADERS,
     MAX_FILTER_HEADER_VALUE_BYTES, MAX_RESPOND_BODY_BYTES,
 };
+pub use io::*;
 pub use limits::*;
 pub use model::{
     default_waf_status, Admin, ClientFilter, Cluster, Config, ConnLimit, HttpListener, Lb,

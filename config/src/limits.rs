@@ -95,6 +95,15 @@ pub const DEFAULT_CONN_LIMIT_ENTRIES: usize = 4096;
 /// Most admission table entries: 2^24 (16 Mi) slots is hundreds of MiB.
 pub const MAX_TABLE_ENTRIES: usize = 1 << 24;
 
+/// Descriptors kept back from the connection cap for listeners, rings,
+/// eventfds, the admin endpoint and logs.
+pub const RESERVED_FDS: usize = 64;
+/// Largest accepted `max_connections`.
+pub const MAX_CONNECTIONS: usize = 1 << 24;
+/// Default idle timeout of an upgraded tunnel: 10 minutes, like a WebSocket
+/// that only pings every few minutes.
+pub const DEFAULT_TUNNEL_IDLE_TIMEOUT_MS: u64 = 600_000;
+
 /// Global size and time limits. Every field is optional in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -156,9 +165,27 @@ pub struct Limits {
     /// Slots in the shared connection-limit table.
     #[serde(default = "d_conn_limit_entries")]
     pub conn_limit_entries: usize,
+    /// Most client connections the whole process holds open, split evenly
+    /// over the shards; `None` sizes it from the descriptor limit (see
+    /// [`Limits::max_connections_for`]).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Idle time after which an upgraded (`101`) tunnel is closed.
+    #[serde(default = "d_tunnel_idle_timeout_ms")]
+    pub tunnel_idle_timeout_ms: u64,
 }
 
 impl Limits {
+    /// The process-wide connection cap: the configured one, else what the
+    /// descriptor limit `nofile` leaves once [`RESERVED_FDS`] are set aside,
+    /// halved because a proxied connection also holds an upstream socket.
+    pub fn max_connections_for(&self, nofile: u64) -> usize {
+        self.max_connections.unwrap_or_else(|| {
+            (nofile.saturating_sub(RESERVED_FDS as u64) / 2).clamp(1, MAX_CONNECTIONS as u64)
+                as usize
+        })
+    }
+
     /// Size of the client read buffer: it must hold a whole request head and
     /// also serves as the request-body streaming buffer, so it is the larger of
     /// `max_header_bytes` and `buffer_bytes`.
@@ -188,6 +215,8 @@ impl Default for Limits {
             busy_poll_us: DEFAULT_BUSY_POLL_US,
             rate_limit_entries: DEFAULT_RATE_LIMIT_ENTRIES,
             conn_limit_entries: DEFAULT_CONN_LIMIT_ENTRIES,
+            max_connections: None,
+            tunnel_idle_timeout_ms: DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
         }
     }
 }
@@ -246,6 +275,10 @@ fn d_rate_limit_entries() -> usize {
 }
 fn d_conn_limit_entries() -> usize {
     DEFAULT_CONN_LIMIT_ENTRIES
+}
+
+fn d_tunnel_idle_timeout_ms() -> u64 {
+    DEFAULT_TUNNEL_IDLE_TIMEOUT_MS
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ pub struct Config {
     /// Global size and time limits.
     #[serde(default)]
     pub limits: Limits,
+    /// The socket driver and its buffers.
+    #[serde(default)]
+    pub io: crate::io::Io,
 }
 
 /// The admin endpoint (metrics, health).

@@ -10,6 +10,7 @@ use crate::filter::{
     Action, HeaderMatch, Match, PathMatch, RequestFilter, FORBIDDEN_EDIT_HEADERS,
     MAX_FILTER_HEADER_VALUE_BYTES, MAX_RESPOND_BODY_BYTES,
 };
+use crate::io::*;
 use crate::limits::*;
 use crate::load::available_cpus;
 use crate::model::{
@@ -579,6 +580,7 @@ impl Validator<'_> {
             ("upstream_idle_timeout_ms", l.upstream_idle_timeout_ms),
             ("drain_timeout_ms", l.drain_timeout_ms),
             ("proxy_protocol_timeout_ms", l.proxy_protocol_timeout_ms),
+            ("tunnel_idle_timeout_ms", l.tunnel_idle_timeout_ms),
         ] {
             self.range(&format!("limits.{name}"), v, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS);
         }
@@ -600,6 +602,33 @@ impl Validator<'_> {
             l.conn_limit_entries,
             1,
             MAX_TABLE_ENTRIES,
+        );
+        if let Some(m) = l.max_connections {
+            self.range("limits.max_connections", m, 1, MAX_CONNECTIONS);
+        }
+        let io = &self.config.io;
+        if !io.recv_buffers.is_power_of_two()
+            || !(MIN_RECV_BUFFERS..=MAX_RECV_BUFFERS).contains(&io.recv_buffers)
+        {
+            self.err(
+                "io.recv_buffers",
+                format!(
+                    "must be a power of two between {MIN_RECV_BUFFERS} and {MAX_RECV_BUFFERS}, got {}",
+                    io.recv_buffers
+                ),
+            );
+        }
+        self.range(
+            "io.recv_buffer_bytes",
+            io.recv_buffer_bytes,
+            MIN_RECV_BUFFER_BYTES,
+            MAX_RECV_BUFFER_BYTES,
+        );
+        self.range(
+            "io.idle_exchanges",
+            io.idle_exchanges,
+            0,
+            MAX_IDLE_EXCHANGES,
         );
     }
 }

@@ -2,16 +2,14 @@
 
 use std::rc::Rc;
 
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
 use zgix_parser::{RequestHead, Status};
 
+use crate::io::{Listener, Sock};
 use crate::metrics::TableGauges;
 use crate::shard::Shard;
 
 /// Accepts admin connections until the shard drains.
-pub async fn serve(shard: Rc<Shard>, (listener, fd): (TcpListener, std::os::fd::RawFd)) {
-    let _watch = crate::shard::watch(&shard, fd);
+pub async fn serve(shard: Rc<Shard>, listener: Listener) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             let _ = shard.shutdown.acquire(1).await;
@@ -20,16 +18,22 @@ pub async fn serve(shard: Rc<Shard>, (listener, fd): (TcpListener, std::os::fd::
         .await;
         match accepted {
             None => return,
-            Some(Ok(s)) => {
+            Some(Ok((s, _peer))) => {
                 glommio::spawn_local(handle(shard.clone(), s)).detach();
             }
-            Some(Err(_)) => glommio::timer::sleep(std::time::Duration::from_millis(10)).await,
+            Some(Err(_)) => {
+                shard
+                    .driver
+                    .sleep(std::time::Duration::from_millis(10))
+                    .await;
+            }
         }
     }
 }
 
-async fn handle(shard: Rc<Shard>, mut s: TcpStream) {
-    let _ = s.set_read_timeout(Some(shard.rt.timeouts.client_header));
+async fn handle(shard: Rc<Shard>, s: Sock) {
+    s.set_read_timeout(Some(shard.rt.timeouts.client_header));
+    s.set_write_timeout(Some(shard.rt.timeouts.client_idle));
     let mut buf = vec![0u8; 8192];
     let mut head = RequestHead::new(&shard.rt.request_limits);
     let mut end = 0;

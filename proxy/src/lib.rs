@@ -32,6 +32,7 @@ pub mod admin;
 pub mod alloc;
 pub mod cli;
 pub mod conn;
+pub mod engine_metrics;
 pub mod filters;
 pub mod io;
 pub mod lb;

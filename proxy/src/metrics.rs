@@ -118,6 +118,8 @@ pub struct ShardCounters {
     /// Heap allocations by the shard's thread, copied in once a tick.
     pub heap_allocations: AtomicU64,
     pub listeners: Box<[ListenerCounters]>,
+    /// Driver, accept and tunnel counters.
+    pub engine: crate::engine_metrics::EngineCounters,
 }
 
 impl ShardCounters {
@@ -249,6 +251,7 @@ impl Metrics {
             "Upstream connections opened.",
             self.sum(|s| s.upstream_connects.get()),
         );
+        crate::engine_metrics::render(&mut o, self.shards.iter().map(|s| &s.engine));
 
         let _ = writeln!(
             o,

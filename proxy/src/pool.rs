@@ -78,19 +78,9 @@ impl Pool {
     }
 }
 
-/// True when a pooled connection is still open with nothing unread: a
-/// non-blocking `MSG_PEEK` returns `EAGAIN`. Used before sending a request that
-/// could not be retried (non-idempotent or with a body); costs one syscall.
+/// True when a pooled connection is still open with nothing unread (see
+/// [`Sock::is_stale`]). Used before sending a request that could not be
+/// retried (non-idempotent or with a body).
 pub fn looks_alive(stream: &Sock) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: the fd is owned by `stream` and open; the buffer is valid for 1 byte.
-    let r = unsafe {
-        libc::recv(
-            stream.fd(),
-            b.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+    !stream.is_stale()
 }

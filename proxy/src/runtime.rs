@@ -79,8 +79,10 @@ pub struct Runtime {
     pub rate_table: RateTable,
     pub conn_table: Arc<ConnTable>,
     pub metrics: Arc<Metrics>,
-    /// Set by the signal thread; shards poll it from their tick task.
+    /// Set by the signal thread, which then wakes every shard's driver.
     pub draining: AtomicBool,
+    /// `limits.max_connections`, or what the descriptor limit allows.
+    pub max_connections: usize,
 }
 
 fn ms(v: u64) -> Duration {
@@ -176,6 +178,7 @@ impl Runtime {
             request_limits,
             metrics,
             draining: AtomicBool::new(false),
+            max_connections: config.limits.max_connections_for(nofile_limit()),
             config,
         }
     }
@@ -202,5 +205,44 @@ impl Runtime {
     pub fn out_buffer_bytes(&self) -> usize {
         let l = &self.config.limits;
         (l.max_header_bytes + l.max_request_line).max(l.max_response_header_bytes) + 512
+    }
+}
+
+impl Runtime {
+    /// The driver every shard reported it runs on (`uring`, `epoll`, or
+    /// `mixed` if some fell back).
+    pub fn io_driver_name(&self) -> &'static str {
+        let kinds: Vec<_> = self
+            .metrics
+            .shards
+            .iter()
+            .map(|s| s.engine.driver_name())
+            .collect();
+        match kinds.first() {
+            Some(k) if kinds.iter().all(|x| x == k) => k,
+            _ => "mixed",
+        }
+    }
+}
+
+/// The soft `RLIMIT_NOFILE`, after raising it to the hard limit (as HAProxy
+/// does): the connection cap defaults from it.
+pub fn nofile_limit() -> u64 {
+    // SAFETY: plain data, valid for the calls; results are checked.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+        r.rlim_cur as u64
     }
 }

@@ -27,6 +27,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let mut binds: Vec<_> = rt.listeners.iter().map(|l| l.bind).collect();
     let admin = rt.config.admin.as_ref().map(|a| a.bind);
     let mut admin_bound = None;
+    let mut notifiers = Vec::with_capacity(cpus.len());
     for (i, &cpu) in cpus.iter().enumerate() {
         spawn_shard(
             i,
@@ -37,9 +38,10 @@ pub fn run(config: Config) -> Result<(), String> {
             tx.clone(),
             live.clone(),
         )?;
-        let (bound, adm) = rx
+        let (bound, adm, notifier) = rx
             .recv()
             .map_err(|_| format!("shard {i} exited before binding"))??;
+        notifiers.push(notifier);
         if i == 0 {
             binds = bound;
             admin_bound = adm;
@@ -51,7 +53,11 @@ pub fn run(config: Config) -> Result<(), String> {
     if let Some(a) = admin_bound {
         eprintln!("zgix: admin on {a}");
     }
-    eprintln!("zgix: ready ({} shards)", cpus.len());
+    eprintln!(
+        "zgix: ready ({} shards, {})",
+        cpus.len(),
+        rt.io_driver_name()
+    );
 
     loop {
         if let Some(sig) = signals.wait(Duration::from_millis(200)) {
@@ -65,7 +71,10 @@ pub fn run(config: Config) -> Result<(), String> {
             return Err("a shard stopped unexpectedly".into());
         }
     }
-    rt.draining.store(true, Ordering::Relaxed);
+    rt.draining.store(true, Ordering::Release);
+    for n in &notifiers {
+        n.notify();
+    }
     // Shards drain within drain_timeout; allow one tick and a margin on top.
     let deadline = Instant::now() + rt.timeouts.drain + Duration::from_millis(500);
     while live.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
@@ -115,9 +124,9 @@ fn spawn_shard(
         Err(e) => {
             live.fetch_sub(1, Ordering::AcqRel);
             Err(format!(
-                "cannot start shard {id} on CPU {cpu}: {e}. io_uring needs locked memory: \
-                 check `ulimit -l` (each shard wants about {} KiB plus its rings; raise \
-                 RLIMIT_MEMLOCK, e.g. LimitMEMLOCK=infinity under systemd)",
+                "cannot start shard {id} on CPU {cpu}: {e}. glommio's executor needs locked memory: \
+                 check `ulimit -l` (each shard locks {} KiB for glommio's registered buffers; \
+                 raise RLIMIT_MEMLOCK, e.g. LimitMEMLOCK=infinity under systemd)",
                 IO_MEMORY >> 10
             ))
         }

@@ -2,19 +2,17 @@
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
-use glommio::net::TcpListener;
 use glommio::sync::{Gate, Semaphore};
 use hdrhistogram::Histogram;
 use zgix_parser::{RequestParser, ResponseParser};
 
-use crate::io::Poller;
+use crate::io::{Driver, Listener, Notifier};
 use crate::metrics::{new_latency_histogram, ShardCounters};
 use crate::pool::Pool;
 use crate::runtime::Runtime;
@@ -45,15 +43,25 @@ pub struct Shard {
     pub gate: Gate,
     pub req_parser: RequestParser,
     pub resp_parser: ResponseParser,
-    /// Readiness for every client and upstream socket of this shard.
-    pub poller: Rc<Poller>,
+    /// The socket driver every client, upstream and listening socket of
+    /// this shard (and every timer) runs on.
+    pub driver: Rc<Driver>,
+    /// Client connections open on this shard, and its share of
+    /// `limits.max_connections`.
+    pub open_connections: Cell<usize>,
+    pub max_connections: usize,
+    /// Accept loops paused at the cap wait here for a connection to close.
+    pub capacity_waiters: RefCell<Vec<std::task::Waker>>,
+    /// Request states kept for reuse (see `conn::Exchange`).
+    pub exchanges: RefCell<Vec<Box<crate::conn::Exchange>>>,
 }
 
-/// What a shard reports once its sockets are bound (or why it could not).
-pub type BindReport = Result<(Vec<SocketAddr>, Option<SocketAddr>), String>;
+/// What a shard reports once its sockets are bound (or why it could not):
+/// listener addresses, the admin address, and the handle that wakes it.
+pub type BindReport = Result<(Vec<SocketAddr>, Option<SocketAddr>, Arc<Notifier>), String>;
 
 impl Shard {
-    fn new(id: usize, rt: Arc<Runtime>, poller: Rc<Poller>) -> Shard {
+    fn new(id: usize, rt: Arc<Runtime>, driver: Rc<Driver>, max_connections: usize) -> Shard {
         let l = &rt.config.limits;
         Shard {
             id,
@@ -77,8 +85,20 @@ impl Shard {
                 l.max_response_header_bytes,
                 rt.response_max_headers(),
             ),
-            poller,
+            driver,
+            open_connections: Cell::new(0),
+            max_connections,
+            capacity_waiters: RefCell::new(Vec::new()),
+            exchanges: RefCell::new(Vec::with_capacity(rt.config.io.idle_exchanges)),
             rt,
+        }
+    }
+
+    /// A connection closed: wake an accept loop paused at the cap.
+    pub fn connection_closed(&self) {
+        self.open_connections.set(self.open_connections.get() - 1);
+        for w in self.capacity_waiters.borrow_mut().drain(..) {
+            w.wake();
         }
     }
 
@@ -103,6 +123,24 @@ pub fn debug_enabled() -> bool {
     *ON.get_or_init(|| std::env::var_os("ZGIX_DEBUG").is_some())
 }
 
+/// The driver options a shard runs with, from the config.
+pub fn driver_options(rt: &Runtime, shards: usize) -> crate::io::Options {
+    let l = &rt.config.limits;
+    let io = &rt.config.io;
+    let per_shard = rt.max_connections.div_ceil(shards.max(1));
+    let mut o = crate::io::Options::new(match io.driver {
+        zgix_config::IoDriver::Uring => crate::io::Kind::Uring,
+        zgix_config::IoDriver::Epoll => crate::io::Kind::Epoll,
+    });
+    o.spin = Duration::from_micros(l.busy_poll_us);
+    o.recv_buffers = io.recv_buffers;
+    o.recv_buffer_bytes = io.recv_buffer_bytes;
+    // Two multishot receives per proxied connection (client, upstream) may
+    // each have a completion waiting, plus the accepts.
+    o.cq_entries = (per_shard.saturating_mul(2)).clamp(1024, 1 << 16) as u32;
+    o
+}
+
 /// The body of a shard's executor: bind, report, serve until drained.
 pub async fn run(
     id: usize,
@@ -111,44 +149,60 @@ pub async fn run(
     admin: Option<SocketAddr>,
     report: std::sync::mpsc::Sender<BindReport>,
 ) {
-    let spin = Duration::from_micros(rt.config.limits.busy_poll_us);
-    let poller = match Poller::new(spin) {
-        Ok(p) => p,
+    let shards = rt.metrics.shards.len();
+    let opts = driver_options(&rt, shards);
+    let driver = match Driver::new_or_fallback(&opts) {
+        Ok((d, None)) => d,
+        Ok((d, Some(why))) => {
+            if id == 0 {
+                eprintln!(
+                    "zgix: io_uring refused ({why}); running on epoll. {}",
+                    crate::io::uring::REFUSED_HINT
+                );
+            }
+            d
+        }
         Err(e) => {
-            let _ = report.send(Err(format!("shard {id}: cannot create its epoll set: {e}")));
+            let _ = report.send(Err(format!(
+                "shard {id}: cannot create its socket driver: {e}"
+            )));
             return;
         }
     };
-    let shard = Rc::new(Shard::new(id, rt.clone(), poller.clone()));
-    let poller_task = glommio::spawn_local(poller.clone().run());
+    rt.metrics.shards[id].engine.set_driver(driver.kind());
+    let max_conns = rt.max_connections.div_ceil(shards.max(1)).max(1);
+    let shard = Rc::new(Shard::new(id, rt.clone(), driver.clone(), max_conns));
+    let driver_task = glommio::spawn_local(driver.clone().run());
     let mut listeners = Vec::with_capacity(binds.len());
     let mut bound = Vec::with_capacity(binds.len());
     for (i, addr) in binds.iter().enumerate() {
-        match crate::io::bind_listener(*addr) {
+        match crate::io::bind_listener(*addr).and_then(|fd| Listener::from_fd(fd, &driver)) {
             Ok(l) => {
-                bound.push(l.0.local_addr().unwrap_or(*addr));
+                bound.push(l.local_addr().unwrap_or(*addr));
                 listeners.push(l);
             }
             Err(e) => {
                 let _ = report.send(Err(format!("listeners[{i}]: cannot bind {addr}: {e}")));
+                driver.stop();
                 return;
             }
         }
     }
     let admin_listener = match admin {
-        Some(addr) => match crate::io::bind_listener(addr) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                let _ = report.send(Err(format!("admin: cannot bind {addr}: {e}")));
-                return;
+        Some(addr) => {
+            match crate::io::bind_listener(addr).and_then(|fd| Listener::from_fd(fd, &driver)) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    let _ = report.send(Err(format!("admin: cannot bind {addr}: {e}")));
+                    driver.stop();
+                    return;
+                }
             }
-        },
+        }
         None => None,
     };
-    let admin_bound = admin_listener
-        .as_ref()
-        .map(|l| l.0.local_addr().expect("bound listener has an address"));
-    let _ = report.send(Ok((bound, admin_bound)));
+    let admin_bound = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let _ = report.send(Ok((bound, admin_bound, driver.notifier())));
 
     for (li, listener) in listeners.into_iter().enumerate() {
         glommio::spawn_local(accept_loop(shard.clone(), li, listener)).detach();
@@ -157,25 +211,91 @@ pub async fn run(
         glommio::spawn_local(crate::admin::serve(shard.clone(), l)).detach();
     }
     glommio::spawn_local(tick(shard.clone())).detach();
+    glommio::spawn_local(watch_drain(shard.clone())).detach();
 
     // Wait for the drain: the semaphore never has permits, closing it wakes us.
     let _ = shard.shutdown.acquire(1).await;
     shard.pool.clear();
-    let _ = glommio::timer::timeout(rt.timeouts.drain, async {
-        let _ = shard.gate.close().await;
-        Ok(())
-    })
-    .await;
+    let _ = driver
+        .timeout(rt.timeouts.drain, async {
+            let _ = shard.gate.close().await;
+        })
+        .await;
     shard.publish_latency();
-    poller.stop();
-    poller_task.await;
+    driver.stop();
+    driver_task.await;
 }
 
-async fn accept_loop(shard: Rc<Shard>, li: usize, (listener, fd): (TcpListener, RawFd)) {
-    // Wakes a shard parked in epoll_wait when a connection arrives (dropped
-    // before the listener).
-    let _watch = watch(&shard, fd);
+/// Starts the drain when the main thread says so (it sets the flag, then
+/// notifies every shard's driver).
+async fn watch_drain(shard: Rc<Shard>) {
     loop {
+        if shard.rt.draining.load(Ordering::Acquire) {
+            begin_drain(&shard);
+            return;
+        }
+        or(shard.driver.notified(), async {
+            let _ = shard.shutdown.acquire(1).await;
+        })
+        .await;
+        if shard.draining.get() {
+            return;
+        }
+    }
+}
+
+fn begin_drain(shard: &Shard) {
+    if !shard.draining.get() {
+        shard.draining.set(true);
+        shard.shutdown.close();
+    }
+}
+
+/// Waits until this shard holds fewer connections than its cap.
+async fn below_cap(shard: &Shard) {
+    std::future::poll_fn(|cx| {
+        if shard.open_connections.get() < shard.max_connections {
+            return std::task::Poll::Ready(());
+        }
+        shard.capacity_waiters.borrow_mut().push(cx.waker().clone());
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
+    let counters = shard.counters.clone();
+    let mut last_log: Option<Instant> = None;
+    loop {
+        if shard.open_connections.get() >= shard.max_connections {
+            // At the cap: stop taking connections (the backlog holds them)
+            // instead of accepting and refusing, or spinning on EMFILE.
+            listener.pause();
+            counters.engine.accept_pauses.inc();
+            let now = shard.driver.now();
+            if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+                last_log = Some(now);
+                eprintln!(
+                    "zgix: shard {} at its connection cap ({}); accepting paused",
+                    shard.id, shard.max_connections
+                );
+            }
+            let resumed = or(
+                async {
+                    below_cap(&shard).await;
+                    true
+                },
+                async {
+                    let _ = shard.shutdown.acquire(1).await;
+                    false
+                },
+            )
+            .await;
+            if !resumed {
+                break;
+            }
+            listener.resume();
+        }
         let accepted = or(async { Some(listener.accept().await) }, async {
             let _ = shard.shutdown.acquire(1).await;
             None
@@ -183,57 +303,51 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, (listener, fd): (TcpListener, 
         .await;
         match accepted {
             None => break,
-            Some(Ok(stream)) => {
-                let peer = match stream.peer_addr() {
-                    Ok(p) => p,
-                    Err(_) => continue,
-                };
+            Some(Ok((sock, peer))) => {
+                shard.open_connections.set(shard.open_connections.get() + 1);
                 let task = shard
                     .gate
-                    .spawn(crate::conn::serve(shard.clone(), li, stream, peer));
-                if let Ok(task) = task {
-                    task.detach();
+                    .spawn(crate::conn::serve(shard.clone(), li, sock, peer));
+                match task {
+                    Ok(task) => {
+                        task.detach();
+                    }
+                    Err(_) => shard.connection_closed(),
                 }
             }
             Some(Err(e)) => {
-                crate::conn::log_debug(format_args!("accept failed: {e}"));
+                counters.engine.accept_error(e.raw_os_error().unwrap_or(0));
+                let now = shard.driver.now();
+                if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+                    last_log = Some(now);
+                    eprintln!("zgix: shard {}: accept failed: {e}", shard.id);
+                }
                 // Out of descriptors or memory: back off instead of spinning.
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                shard.driver.sleep(Duration::from_millis(10)).await;
             }
         }
     }
     // Dropping the listener closes this shard's socket; others may still accept
-    // until their own tick notices the drain.
-}
-
-/// Puts a listener in the shard's poller set; see `Poller::watch_listener`.
-pub fn watch(shard: &Shard, fd: RawFd) -> Option<crate::io::ListenerWatch> {
-    match shard.poller.watch_listener(fd) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            // Only latency suffers: accepts then wait for glommio's next turn.
-            crate::conn::log_debug(format_args!("cannot watch listener: {e}"));
-            None
-        }
-    }
+    // until their own drain starts.
 }
 
 async fn tick(shard: Rc<Shard>) {
     let mut n = 0u64;
     loop {
-        glommio::timer::sleep(TICK).await;
-        if shard.rt.draining.load(Ordering::Relaxed) && !shard.draining.get() {
-            shard.draining.set(true);
-            shard.shutdown.close();
+        shard.driver.sleep(TICK).await;
+        if shard.rt.draining.load(Ordering::Relaxed) {
+            begin_drain(&shard);
         }
         shard
             .counters
             .heap_allocations
             .store(crate::alloc::thread_allocations(), Ordering::Relaxed);
+        shard.counters.engine.publish(&shard.driver);
         n += 1;
         if n.is_multiple_of(10) {
             shard.pool.sweep(Instant::now());
             shard.publish_latency();
+            crate::conn::trim_memory(&shard);
         }
     }
 }

@@ -1133,6 +1133,7 @@ impl Zgix {
     /// Starts zgix on a raw JSON document and waits for its `ready` line.
     #[track_caller]
     pub fn start_json(json: &str) -> Zgix {
+        let json = &with_test_driver(json);
         let config = TempConfig::new(json);
         let mut child = Command::new(zgix_bin())
             .arg("--config")
@@ -1186,6 +1187,20 @@ impl Zgix {
             } else if let Some(addr) = line.strip_prefix("zgix: admin on ") {
                 admin = addr.trim().parse().ok();
             } else if let Some(rest) = line.strip_prefix("zgix: ready (") {
+                // "zgix: ready (N shards, DRIVER)"
+                let driver = rest
+                    .split(", ")
+                    .nth(1)
+                    .map(|d| d.trim_end_matches(')').to_string())
+                    .unwrap_or_default();
+                if let Ok(want) = std::env::var("ZGIX_TEST_DRIVER") {
+                    assert_eq!(
+                        driver,
+                        want,
+                        "zgix runs on {driver}, the suite asked for {want}:\n{}",
+                        log.lock().unwrap()
+                    );
+                }
                 break rest
                     .split(' ')
                     .next()
@@ -1271,4 +1286,26 @@ impl Drop for Zgix {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The socket driver the suite runs zgix on: `ZGIX_TEST_DRIVER` (`uring` or
+/// `epoll`, as CI sets it), written into every config that does not choose
+/// one itself. Unset, zgix's default applies.
+pub fn with_test_driver(json: &str) -> String {
+    let Ok(driver) = std::env::var("ZGIX_TEST_DRIVER") else {
+        return json.to_string();
+    };
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(json) else {
+        return json.to_string();
+    };
+    if let Some(obj) = v.as_object_mut() {
+        let io = obj
+            .entry("io")
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if let Some(io) = io.as_object_mut() {
+            io.entry("driver")
+                .or_insert(serde_json::Value::String(driver));
+        }
+    }
+    v.to_string()
 }

@@ -1,0 +1,473 @@
+//! Both directions of one exchange: [`Upload`] streams the request body to the upstream while [`Download`] reads the response head (relaying interim 1xx answers) and streams the response to the client.
+//!
+//! The two run at the same time (see `forward::Conn::exchange`), so an
+//! origin that answers before it has read the whole body — a 413 or 401
+//! sent at once, or an echo that streams while it reads — is forwarded as
+//! it answers. Bodies pass through fixed buffers; the kernel's socket
+//! buffers give the backpressure: each side reads only after its previous
+//! chunk was written on.
+
+use zgix_parser::{
+    BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
+};
+
+use super::{upstream_io, Fail};
+use crate::filters::Walk;
+use crate::io::{Buf, Sock};
+use crate::metrics::UpstreamError;
+use crate::shard::Shard;
+use crate::wire;
+
+/// The request-body half of an exchange.
+pub(super) struct Upload<'a> {
+    pub client: &'a Sock,
+    pub up: &'a Sock,
+    pub cbuf: &'a mut Buf,
+    pub cstart: &'a mut usize,
+    pub cend: &'a mut usize,
+    pub chunked: &'a mut ChunkedDecoder,
+    pub body: BodyKind,
+    /// Body bytes already sent with the head.
+    pub done: u64,
+    pub shard: &'a Shard,
+}
+
+impl Upload<'_> {
+    /// Streams the body from the client to the upstream, leaving `cstart`
+    /// at the first byte after it (a pipelined request may follow).
+    pub async fn run(self) -> Result<(), Fail> {
+        let body_timeout = self.shard.rt.timeouts.client_body;
+        self.client.set_read_timeout(Some(body_timeout));
+        let cbuf = self.cbuf;
+        let mut pos = *self.cstart;
+        let mut cend = *self.cend;
+        let r = async {
+            match self.body {
+                BodyKind::None => {}
+                BodyKind::Length(n) => {
+                    let mut remaining = n - self.done;
+                    pos += self.done as usize;
+                    loop {
+                        let take = ((cend - pos) as u64).min(remaining) as usize;
+                        if take > 0 {
+                            self.up
+                                .write_all(&cbuf[pos..pos + take])
+                                .await
+                                .map_err(|e| upstream_io(&e))?;
+                            pos += take;
+                            remaining -= take as u64;
+                        }
+                        if remaining == 0 {
+                            break;
+                        }
+                        pos = 0;
+                        cend = read_client(self.client, &mut cbuf[..]).await?;
+                    }
+                }
+                BodyKind::Chunked => {
+                    *self.chunked = ChunkedDecoder::new(self.shard.rt.request_limits.max_body);
+                    loop {
+                        let from = pos;
+                        let mut done = false;
+                        while pos < cend {
+                            let p = self
+                                .chunked
+                                .feed(&cbuf[pos..cend])
+                                .map_err(Fail::ClientBad)?;
+                            pos += p.consumed;
+                            if p.done {
+                                done = true;
+                                break;
+                            }
+                            if p.consumed == 0 {
+                                break;
+                            }
+                        }
+                        if pos > from {
+                            self.up
+                                .write_all(&cbuf[from..pos])
+                                .await
+                                .map_err(|e| upstream_io(&e))?;
+                        }
+                        if done {
+                            break;
+                        }
+                        let rest = cend - pos;
+                        cbuf.copy_within(pos..cend, 0);
+                        pos = 0;
+                        cend = rest;
+                        if cend == cbuf.len() {
+                            return Err(Fail::ClientBad(ParseError::BadChunk));
+                        }
+                        cend += read_client(self.client, &mut cbuf[cend..]).await?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        *self.cstart = pos;
+        *self.cend = cend;
+        r
+    }
+}
+
+/// One read from the client; EOF and stalls end the exchange.
+async fn read_client(client: &Sock, buf: &mut [u8]) -> Result<usize, Fail> {
+    match client.read(buf).await {
+        Ok(0) | Err(_) => Err(Fail::ClientGone),
+        Ok(n) => Ok(n),
+    }
+}
+
+/// What a completed response leaves behind.
+pub(super) struct ResponseEnd {
+    pub upstream_reusable: bool,
+    pub client_keep: bool,
+    /// The origin switched protocols (101): the connections become a tunnel.
+    pub tunnel: bool,
+}
+
+/// The response half of an exchange.
+pub(super) struct Download<'a> {
+    pub shard: &'a Shard,
+    pub li: usize,
+    pub client: &'a Sock,
+    pub up: &'a Sock,
+    pub ubuf: &'a mut Buf,
+    pub ustart: &'a mut usize,
+    pub uend: &'a mut usize,
+    pub out: &'a mut Vec<u8>,
+    pub resp: &'a mut ResponseHead,
+    pub chunked: &'a mut ChunkedDecoder,
+    pub req: &'a RequestHead,
+    pub walk: &'a Walk,
+    pub filtered: bool,
+    /// The request asked to upgrade (a 101 is then a tunnel, not an error).
+    pub upgrade: bool,
+    pub reused: bool,
+    /// Whether any byte reached the client.
+    pub sent: &'a mut bool,
+}
+
+impl Download<'_> {
+    pub async fn run(mut self) -> Result<ResponseEnd, Fail> {
+        self.read_response_head().await?;
+        if self.resp.status == 101 {
+            self.send_switch().await?;
+            return Ok(ResponseEnd {
+                upstream_reusable: false,
+                client_keep: false,
+                tunnel: true,
+            });
+        }
+        self.send_response().await
+    }
+
+    /// Reads the response head into `ubuf`, passing interim (1xx) responses
+    /// to HTTP/1.1 clients on the way with hop-by-hop fields stripped (RFC
+    /// 9110 §15.2: a proxy forwards 1xx it did not ask for). A `100` answers
+    /// the client's own `Expect: 100-continue`, which went to the origin.
+    async fn read_response_head(&mut self) -> Result<(), Fail> {
+        let shard = self.shard;
+        self.up
+            .set_read_timeout(Some(shard.rt.timeouts.upstream_header));
+        *self.ustart = 0;
+        *self.uend = 0;
+        let mut got_any = false;
+        loop {
+            if *self.uend > *self.ustart {
+                let base = &self.ubuf[*self.ustart..*self.uend];
+                match shard.resp_parser.parse(base, self.req.method, self.resp) {
+                    Ok(Status::Complete(())) => {
+                        let s = self.resp.status;
+                        if !(100..200).contains(&s) {
+                            return Ok(());
+                        }
+                        if s == 101 {
+                            if self.upgrade {
+                                return Ok(());
+                            }
+                            return Err(Fail::Upstream(UpstreamError::BadResponse));
+                        }
+                        let hl = self.resp.head_len;
+                        if self.req.version == Version::Http11 {
+                            write_interim_head(self.out, base, self.resp, &[]);
+                            *self.sent = true;
+                            self.client
+                                .write_all(self.out)
+                                .await
+                                .map_err(|_| Fail::ClientGone)?;
+                        }
+                        *self.ustart += hl;
+                        continue;
+                    }
+                    Ok(Status::Partial) => {}
+                    Err(_) => return Err(Fail::Upstream(UpstreamError::BadResponse)),
+                }
+            }
+            if *self.ustart > 0 {
+                self.ubuf.copy_within(*self.ustart..*self.uend, 0);
+                *self.uend -= *self.ustart;
+                *self.ustart = 0;
+            }
+            if *self.uend == self.ubuf.len() {
+                return Err(Fail::Upstream(UpstreamError::BadResponse));
+            }
+            let at = *self.uend;
+            match self.up.read(&mut self.ubuf[at..]).await {
+                Ok(0) => {
+                    return Err(if !got_any && self.reused {
+                        Fail::UpstreamEarly(UpstreamError::Reset)
+                    } else if !got_any {
+                        Fail::Upstream(UpstreamError::Reset)
+                    } else {
+                        Fail::Upstream(UpstreamError::BadResponse)
+                    })
+                }
+                Ok(n) => {
+                    *self.uend += n;
+                    got_any = true;
+                }
+                Err(e) if super::is_timeout(&e) => {
+                    return Err(Fail::Upstream(UpstreamError::HeaderTimeout))
+                }
+                Err(_) => {
+                    return Err(if !got_any && self.reused {
+                        Fail::UpstreamEarly(UpstreamError::Reset)
+                    } else {
+                        Fail::Upstream(UpstreamError::Reset)
+                    })
+                }
+            }
+        }
+    }
+
+    /// Sends the `101` on with the upgrade fields the origin chose.
+    async fn send_switch(&mut self) -> Result<(), Fail> {
+        let base = &self.ubuf[*self.ustart..*self.uend];
+        let upgrade = self
+            .resp
+            .headers
+            .iter()
+            .find(|h| h.name.get(base).eq_ignore_ascii_case(b"upgrade"))
+            .map(|h| h.value.get(base));
+        let Some(upgrade) = upgrade else {
+            return Err(Fail::Upstream(UpstreamError::BadResponse));
+        };
+        let extra: [&[u8]; 3] = [b"Connection: upgrade\r\nUpgrade: ", upgrade, b"\r\n"];
+        write_interim_head(self.out, base, self.resp, &extra);
+        *self.ustart += self.resp.head_len;
+        self.shard.counters.response(self.li, 101);
+        *self.sent = true;
+        self.client
+            .write_all(self.out)
+            .await
+            .map_err(|_| Fail::ClientGone)
+    }
+
+    /// Writes the response head and streams the body to the client.
+    async fn send_response(&mut self) -> Result<ResponseEnd, Fail> {
+        let shard = self.shard;
+        let filters = &shard.rt.listeners[self.li].filters;
+        self.up
+            .set_read_timeout(Some(shard.rt.timeouts.upstream_idle));
+        let http10 = self.req.version == Version::Http10;
+        // An HTTP/1.0 client cannot read chunked framing: de-chunk and delimit by close.
+        let dechunk = http10 && self.resp.body == ResponseBody::Chunked;
+        let client_keep = self.req.keep_alive
+            && !shard.draining.get()
+            && self.resp.body != ResponseBody::CloseDelimited
+            && !dechunk;
+        {
+            let base = &self.ubuf[*self.ustart..*self.uend];
+            wire::write_response_head(
+                self.out,
+                base,
+                self.resp,
+                client_keep,
+                http10,
+                dechunk,
+                (self.filtered && self.walk.edits_response).then_some((filters, self.walk)),
+            );
+        }
+        let mut pos = *self.ustart + self.resp.head_len;
+        let reusable;
+        match self.resp.body {
+            ResponseBody::None => {
+                reusable = pos == *self.uend;
+                self.write_out().await?;
+            }
+            ResponseBody::Length(n) => {
+                let avail = (*self.uend - pos) as u64;
+                let first = avail.min(n) as usize;
+                if self.out.len() + first <= self.out.capacity() {
+                    self.out.extend_from_slice(&self.ubuf[pos..pos + first]);
+                    self.write_out().await?;
+                } else {
+                    self.write_out().await?;
+                    self.write_client_u(pos, pos + first).await?;
+                }
+                pos += first;
+                let mut remaining = n - first as u64;
+                while remaining > 0 {
+                    let got = self.read_upstream().await?;
+                    let take = (got as u64).min(remaining) as usize;
+                    self.write_client_u(0, take).await?;
+                    remaining -= take as u64;
+                    pos = take;
+                    *self.uend = got;
+                }
+                reusable = pos == *self.uend;
+            }
+            ResponseBody::Chunked => {
+                *self.chunked = ChunkedDecoder::new(u64::MAX);
+                let mut head_pending = true;
+                loop {
+                    let done = self
+                        .relay_chunks(&mut pos, dechunk, &mut head_pending)
+                        .await?;
+                    if done {
+                        break;
+                    }
+                    let rest = *self.uend - pos;
+                    self.ubuf.copy_within(pos..*self.uend, 0);
+                    *self.uend = rest;
+                    pos = 0;
+                    if *self.uend == self.ubuf.len() {
+                        return Err(Fail::Upstream(UpstreamError::BadResponse));
+                    }
+                    let at = *self.uend;
+                    match self.up.read(&mut self.ubuf[at..]).await {
+                        Ok(0) => return Err(Fail::Upstream(UpstreamError::Reset)),
+                        Ok(n) => *self.uend += n,
+                        Err(e) => return Err(upstream_io(&e)),
+                    }
+                }
+                reusable = pos == *self.uend;
+            }
+            ResponseBody::CloseDelimited => {
+                self.out.extend_from_slice(&self.ubuf[pos..*self.uend]);
+                self.write_out().await?;
+                loop {
+                    match self.up.read(&mut self.ubuf[..]).await {
+                        Ok(0) => break,
+                        Ok(n) => self.write_client_u(0, n).await?,
+                        Err(e) => return Err(upstream_io(&e)),
+                    }
+                }
+                reusable = false;
+            }
+        }
+        Ok(ResponseEnd {
+            upstream_reusable: reusable,
+            client_keep,
+            tunnel: false,
+        })
+    }
+
+    /// Feeds `ubuf[pos..uend]` through the chunked scanner and writes it on:
+    /// raw to HTTP/1.1 clients, data only when de-chunking. The response head
+    /// still in `out` goes out with the first bytes in one write.
+    async fn relay_chunks(
+        &mut self,
+        pos: &mut usize,
+        dechunk: bool,
+        head_pending: &mut bool,
+    ) -> Result<bool, Fail> {
+        let from = *pos;
+        let mut done = false;
+        while *pos < *self.uend {
+            let p = self
+                .chunked
+                .feed(&self.ubuf[*pos..*self.uend])
+                .map_err(|_| Fail::Upstream(UpstreamError::BadResponse))?;
+            if dechunk && !p.data.is_empty() {
+                let (a, b) = (*pos + p.data.start, *pos + p.data.end);
+                self.stage(a, b, head_pending).await?;
+            }
+            *pos += p.consumed;
+            if p.done {
+                done = true;
+                break;
+            }
+            if p.consumed == 0 {
+                break;
+            }
+        }
+        if !dechunk && *pos > from {
+            self.stage(from, *pos, head_pending).await?;
+        }
+        if *head_pending {
+            self.write_out().await?;
+            *head_pending = false;
+        }
+        Ok(done)
+    }
+
+    /// Writes `ubuf[a..b]` to the client, joined to the pending head when it fits.
+    async fn stage(&mut self, a: usize, b: usize, head_pending: &mut bool) -> Result<(), Fail> {
+        if *head_pending {
+            if self.out.len() + (b - a) <= self.out.capacity() {
+                self.out.extend_from_slice(&self.ubuf[a..b]);
+                return Ok(());
+            }
+            self.write_out().await?;
+            *head_pending = false;
+        }
+        self.write_client_u(a, b).await
+    }
+
+    async fn read_upstream(&mut self) -> Result<usize, Fail> {
+        match self.up.read(&mut self.ubuf[..]).await {
+            Ok(0) => Err(Fail::Upstream(UpstreamError::Reset)),
+            Ok(n) => Ok(n),
+            Err(e) => Err(upstream_io(&e)),
+        }
+    }
+
+    async fn write_out(&mut self) -> Result<(), Fail> {
+        *self.sent = true;
+        self.client
+            .write_all(self.out)
+            .await
+            .map_err(|_| Fail::ClientGone)
+    }
+
+    async fn write_client_u(&mut self, a: usize, b: usize) -> Result<(), Fail> {
+        if a == b {
+            return Ok(());
+        }
+        *self.sent = true;
+        self.client
+            .write_all(&self.ubuf[a..b])
+            .await
+            .map_err(|_| Fail::ClientGone)
+    }
+}
+
+/// Writes an interim (1xx) head for the client into `out`: the status line,
+/// the origin's fields minus hop-by-hop ones (RFC 9110 §7.6.1), then `extra`.
+fn write_interim_head(out: &mut Vec<u8>, base: &[u8], resp: &ResponseHead, extra: &[&[u8]]) {
+    use std::io::Write as _;
+    out.clear();
+    let _ = write!(out, "HTTP/1.1 {} ", resp.status);
+    out.extend_from_slice(resp.reason.get(base));
+    out.extend_from_slice(b"\r\n");
+    for h in resp.headers.iter() {
+        if matches!(
+            h.kind,
+            zgix_parser::HeaderKind::Connection | zgix_parser::HeaderKind::HopByHop
+        ) {
+            continue;
+        }
+        out.extend_from_slice(h.name.get(base));
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value.get(base));
+        out.extend_from_slice(b"\r\n");
+    }
+    for e in extra {
+        out.extend_from_slice(e);
+    }
+    out.extend_from_slice(b"\r\n");
+}

@@ -1,0 +1,343 @@
+//! Reading a request head: the PROXY header, then bytes until a whole head is buffered, scanning each byte once and enforcing 414/431 by length as bytes arrive.
+
+use std::io;
+use std::time::Instant;
+
+use futures_lite::future::or;
+use zgix_admission::ClientId;
+use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
+use zgix_parser::{ParseError, Status};
+
+use super::{client_ip, is_timeout, log_debug, take_exchange, Conn};
+use crate::metrics::ConnRefusal;
+use crate::wire;
+
+/// How a head read ended.
+pub(super) enum HeadRead {
+    Ready,
+    /// Clean end: EOF or drain between requests, or idle timeout.
+    Closed,
+    TimedOut,
+    Bad(ParseError),
+}
+
+/// Where the end of a head may be, found by scanning each new byte once.
+///
+/// A head ends at an empty line (RFC 9112 §2.1). The scanner looks at each
+/// line feed once and reports a *candidate* end when the next line is empty
+/// (`\n\n`, or `\n\r\n`, so that a bare-LF head still reaches the strict
+/// parser and its 400). The parser then runs once over the whole head. The
+/// request line's and the head's length limits are checked here, by length,
+/// so a client that never ends its line or head is answered 414 or 431 as
+/// soon as it passes the limit, not at the buffer's end.
+#[derive(Default, Debug)]
+pub struct HeadScan {
+    /// Bytes of the head already examined.
+    pos: usize,
+    /// The request line has ended (its first non-empty line).
+    line_done: bool,
+    /// Bytes looked at over this scanner's life (the linearity test reads it).
+    pub examined: u64,
+}
+
+/// What a scan found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// No end yet: read more.
+    More,
+    /// The head may end here: run the parser.
+    Candidate,
+    Refuse(ParseError),
+}
+
+impl HeadScan {
+    /// Scans what `head` holds beyond what was already examined.
+    pub fn feed(&mut self, head: &[u8], max_line: usize, max_head: usize) -> Scan {
+        let mut i = self.pos;
+        let mut found = false;
+        while i < head.len() {
+            let Some(off) = memchr::memchr(b'\n', &head[i..]) else {
+                self.examined += (head.len() - i) as u64;
+                i = head.len();
+                break;
+            };
+            let nl = i + off;
+            self.examined += (off + 1) as u64;
+            if !self.line_done {
+                let line = &head[..nl];
+                let empty = line.iter().all(|&b| b == b'\r' || b == b'\n');
+                if !empty {
+                    self.line_done = true;
+                }
+            }
+            match (head.get(nl + 1), head.get(nl + 2)) {
+                (Some(b'\n'), _) | (Some(b'\r'), Some(b'\n')) => {
+                    self.examined += 2;
+                    self.pos = nl + 1;
+                    found = true;
+                    break;
+                }
+                (None, _) | (Some(b'\r'), None) => {
+                    // Undecided until the next bytes: look at this LF again.
+                    self.pos = nl;
+                    i = nl;
+                    break;
+                }
+                _ => i = nl + 1,
+            }
+        }
+        if !found && i >= head.len() {
+            self.pos = head.len();
+        }
+        if found && self.line_done {
+            return Scan::Candidate;
+        }
+        if !self.line_done && head.len() > max_line + 2 {
+            return Scan::Refuse(ParseError::UriTooLong);
+        }
+        if head.len() > max_head {
+            return Scan::Refuse(ParseError::HeadersTooLarge);
+        }
+        if found {
+            // Only empty lines so far (allowed before a request line).
+            return Scan::More;
+        }
+        Scan::More
+    }
+}
+
+impl Conn {
+    /// Reads the PROXY protocol header (v1 or v2) within its deadline and makes
+    /// its source the client identity. LOCAL/UNKNOWN keep the peer address.
+    pub(super) async fn read_proxy_header(&mut self) -> Result<(), ConnRefusal> {
+        let shard = self.shard.clone();
+        let deadline = shard.driver.now() + shard.rt.timeouts.proxy_protocol;
+        self.x = Some(take_exchange(&shard, self.li));
+        loop {
+            let x = self.x.as_mut().expect("taken above");
+            if x.cend > 0 {
+                match parse_proxy_header(&x.cbuf[..x.cend]) {
+                    Ok(ProxyStatus::Complete(h)) => {
+                        x.cstart = h.consumed;
+                        if let Some(src) = h.source {
+                            self.ip = client_ip(src.ip());
+                            self.ip_text = wire::IpText::new(self.ip);
+                            self.id = ClientId::from_ip(self.ip);
+                        }
+                        return Ok(());
+                    }
+                    Ok(ProxyStatus::Partial) => {}
+                    Err(e) => {
+                        log_debug(format_args!("PROXY header refused: {}", e.as_str()));
+                        return Err(ConnRefusal::ProxyHeaderInvalid);
+                    }
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ConnRefusal::ProxyHeaderTimeout);
+            }
+            self.client.set_read_timeout(Some(left));
+            let at = x.cend;
+            match self.client.read(&mut x.cbuf[at..]).await {
+                Ok(0) => return Err(ConnRefusal::ProxyHeaderInvalid),
+                Ok(n) => x.cend += n,
+                Err(e) if is_timeout(&e) => return Err(ConnRefusal::ProxyHeaderTimeout),
+                Err(_) => return Err(ConnRefusal::ProxyHeaderInvalid),
+            }
+        }
+    }
+
+    /// Reads until a whole request head is in `cbuf[cstart..]`.
+    ///
+    /// Between requests the wait is the keep-alive idle timeout and a drain ends
+    /// it, and no buffer is held until a byte arrives; once the first byte of a
+    /// head (or the connection, for the first request) has arrived, the whole
+    /// head must come within the header timeout.
+    pub(super) async fn read_head(&mut self, first: bool) -> HeadRead {
+        let shard = self.shard.clone();
+        let t = &shard.rt.timeouts;
+        let l = &shard.rt.config.limits;
+        let mut deadline = first.then(|| shard.driver.now() + t.client_header);
+        if let Some(x) = self.x.as_mut() {
+            x.scan = HeadScan::default();
+        }
+        loop {
+            if let Some(x) = self.x.as_mut() {
+                if x.cend > x.cstart {
+                    let head = &x.cbuf[x.cstart..x.cend];
+                    match x.scan.feed(head, l.max_request_line, l.max_header_bytes) {
+                        Scan::Candidate => match shard.req_parser.parse(head, &mut x.req) {
+                            Ok(Status::Complete(())) => return HeadRead::Ready,
+                            Ok(Status::Partial) => continue,
+                            Err(e) => return HeadRead::Bad(e),
+                        },
+                        Scan::Refuse(e) => return HeadRead::Bad(e),
+                        Scan::More => {}
+                    }
+                    if deadline.is_none() {
+                        deadline = Some(shard.driver.now() + t.client_header);
+                    }
+                } else {
+                    x.cstart = 0;
+                    x.cend = 0;
+                }
+                if x.cstart > 0 {
+                    x.cbuf.copy_within(x.cstart..x.cend, 0);
+                    x.cend -= x.cstart;
+                    x.cstart = 0;
+                }
+                if x.cend == x.cbuf.len() {
+                    return HeadRead::Bad(ParseError::HeadersTooLarge);
+                }
+            }
+            // Wait for bytes before holding a buffer for them.
+            if self.x.is_none() {
+                let r = match deadline {
+                    Some(d) => {
+                        let left = d.saturating_duration_since(shard.driver.now());
+                        if left.is_zero() {
+                            return HeadRead::TimedOut;
+                        }
+                        self.client.set_read_timeout(Some(left));
+                        self.client.readable().await
+                    }
+                    None => {
+                        if shard.draining.get() {
+                            return HeadRead::Closed;
+                        }
+                        self.client.set_read_timeout(Some(t.client_idle));
+                        let drained = async {
+                            let _ = shard.shutdown.acquire(1).await;
+                            Err(io::Error::new(io::ErrorKind::Interrupted, "draining"))
+                        };
+                        match or(self.client.readable(), drained).await {
+                            Err(_) => return HeadRead::Closed,
+                            ok => ok,
+                        }
+                    }
+                };
+                match r {
+                    Ok(()) => self.x = Some(take_exchange(&shard, self.li)),
+                    Err(e) if is_timeout(&e) && deadline.is_some() => return HeadRead::TimedOut,
+                    Err(_) => return HeadRead::Closed,
+                }
+            }
+            let x = self.x.as_mut().expect("taken above");
+            let at = x.cend;
+            let r = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(shard.driver.now());
+                    if left.is_zero() {
+                        return HeadRead::TimedOut;
+                    }
+                    self.client.set_read_timeout(Some(left));
+                    self.client.read(&mut x.cbuf[at..]).await
+                }
+                None => {
+                    // A pipelined head's first bytes are here; the rest is
+                    // read like any head.
+                    self.client.set_read_timeout(Some(t.client_header));
+                    self.client.read(&mut x.cbuf[at..]).await
+                }
+            };
+            match r {
+                // EOF between requests is a clean close; inside a head there is
+                // nobody left to answer.
+                Ok(0) => return HeadRead::Closed,
+                Ok(n) => x.cend += n,
+                Err(e) if is_timeout(&e) && x.cend > x.cstart => return HeadRead::TimedOut,
+                Err(_) => return HeadRead::Closed,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head_bytes(fields: usize) -> Vec<u8> {
+        let mut h = b"GET /a HTTP/1.1\r\nHost: x\r\n".to_vec();
+        for i in 0..fields {
+            h.extend_from_slice(format!("X-F{i}: {}\r\n", "v".repeat(40)).as_bytes());
+        }
+        h.extend_from_slice(b"\r\n");
+        h
+    }
+
+    #[test]
+    fn a_head_fed_one_byte_per_read_is_scanned_in_linear_time() {
+        let h = head_bytes(200);
+        let mut s = HeadScan::default();
+        let mut found = None;
+        for n in 1..=h.len() {
+            match s.feed(&h[..n], 8192, 1 << 20) {
+                Scan::Candidate => {
+                    found = Some(n);
+                    break;
+                }
+                Scan::More => {}
+                Scan::Refuse(e) => panic!("refused {e:?}"),
+            }
+        }
+        assert_eq!(found, Some(h.len()), "the end is found at the last byte");
+        // Each byte is examined once, plus at most two look-aheads per line
+        // feed re-examined while undecided.
+        let lines = h.iter().filter(|&&b| b == b'\n').count() as u64;
+        assert!(
+            s.examined <= h.len() as u64 + 4 * lines,
+            "examined {} bytes for a {}-byte head",
+            s.examined,
+            h.len()
+        );
+    }
+
+    #[test]
+    fn whole_head_in_one_read_is_a_candidate_once() {
+        let h = head_bytes(3);
+        let mut s = HeadScan::default();
+        assert_eq!(s.feed(&h, 8192, 65536), Scan::Candidate);
+    }
+
+    #[test]
+    fn bare_lf_heads_reach_the_parser() {
+        let mut s = HeadScan::default();
+        assert_eq!(
+            s.feed(b"GET / HTTP/1.1\nHost: x\n\n", 8192, 65536),
+            Scan::Candidate
+        );
+    }
+
+    #[test]
+    fn leading_empty_lines_are_not_an_end() {
+        let mut s = HeadScan::default();
+        assert_eq!(s.feed(b"\r\n\r\n", 8192, 65536), Scan::More);
+        assert_eq!(
+            s.feed(b"\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", 8192, 65536),
+            Scan::Candidate
+        );
+    }
+
+    #[test]
+    fn an_endless_request_line_is_414_once_past_the_limit() {
+        let mut s = HeadScan::default();
+        let line = vec![b'a'; 100];
+        assert_eq!(s.feed(&line[..60], 64, 1024), Scan::More);
+        assert_eq!(
+            s.feed(&line, 64, 1024),
+            Scan::Refuse(ParseError::UriTooLong)
+        );
+    }
+
+    #[test]
+    fn an_endless_head_is_431_once_past_the_limit() {
+        let mut h = b"GET / HTTP/1.1\r\n".to_vec();
+        h.extend(std::iter::repeat_n(b'x', 2000));
+        let mut s = HeadScan::default();
+        assert_eq!(
+            s.feed(&h, 64, 1024),
+            Scan::Refuse(ParseError::HeadersTooLarge)
+        );
+    }
+}

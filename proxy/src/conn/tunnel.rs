@@ -1,0 +1,97 @@
+//! An upgraded connection (the origin answered `101 Switching Protocols`): bytes relayed both ways until either side closes or the tunnel idles past `limits.tunnel_idle_timeout_ms`.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use futures_lite::future::zip;
+
+use super::{is_timeout, Conn, Next};
+use crate::io::{Buf, Sock};
+use crate::metrics::Counter;
+
+/// One direction of a tunnel: reads `from`, writes `to`; on EOF half-closes
+/// `to`. A read that times out ends the direction only if the other one was
+/// idle too (the tunnel's idle timeout counts both directions).
+async fn pump(
+    from: &Sock,
+    to: &Sock,
+    buf: &mut [u8],
+    pending: usize,
+    last: &Cell<Instant>,
+    idle: std::time::Duration,
+    bytes: &Counter,
+) {
+    if pending > 0 {
+        if to.write_all(&buf[..pending]).await.is_err() {
+            return;
+        }
+        bytes.add(pending as u64);
+    }
+    from.set_read_timeout(Some(idle));
+    to.set_write_timeout(Some(idle));
+    loop {
+        match from.read(buf).await {
+            Ok(0) => break,
+            Ok(n) => {
+                last.set(from.driver().now());
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                bytes.add(n as u64);
+            }
+            Err(e) if is_timeout(&e) => {
+                if from.driver().now().duration_since(last.get()) < idle {
+                    continue;
+                }
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    to.shutdown_write();
+}
+
+impl Conn {
+    /// Relays the client and `up` until the tunnel ends; the connection then closes.
+    pub(super) async fn tunnel(&mut self, up: Sock) -> Next {
+        let shard = self.shard.clone();
+        let e = &shard.counters.engine;
+        e.tunnels_opened.inc();
+        e.tunnels_active.fetch_add(1, Ordering::Relaxed);
+        let idle = std::time::Duration::from_millis(shard.rt.config.limits.tunnel_idle_timeout_ms);
+        let x = self.x.as_mut().expect("a request state is held");
+        // Bytes either side sent after its head belong to the tunnel.
+        let up_pending = x.cend - x.cstart;
+        x.cbuf.copy_within(x.cstart..x.cend, 0);
+        let down_pending = x.uend - x.ustart;
+        x.ubuf.copy_within(x.ustart..x.uend, 0);
+        x.cstart = 0;
+        x.cend = 0;
+        let (cbuf, ubuf): (&mut Buf, &mut Buf) = (&mut x.cbuf, &mut x.ubuf);
+        let last = Cell::new(shard.driver.now());
+        zip(
+            pump(
+                &self.client,
+                &up,
+                &mut cbuf[..],
+                up_pending,
+                &last,
+                idle,
+                &e.tunnel_bytes_up,
+            ),
+            pump(
+                &up,
+                &self.client,
+                &mut ubuf[..],
+                down_pending,
+                &last,
+                idle,
+                &e.tunnel_bytes_down,
+            ),
+        )
+        .await;
+        e.tunnels_active.fetch_sub(1, Ordering::Relaxed);
+        Next::Close
+    }
+}

@@ -1,0 +1,233 @@
+//! The epoll backend: non-blocking `recv`/`send`/`accept4`/`connect` on readiness from one edge-triggered epoll set per shard.
+//!
+//! This is what a shard runs on when the kernel or a seccomp policy refuses
+//! an io_uring ring (Docker's default profile does), or when the config asks
+//! for it. Every socket is registered once, edge-triggered, in both
+//! directions; a slot remembers the last edge so that a read or write is
+//! only tried when it can make progress, and `EAGAIN` clears the flag.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::{Driver, Role, Slot};
+
+const EVENTS: usize = 256;
+/// The token of the wake-up eventfd in the set.
+const WAKE: u64 = u64::MAX;
+
+pub struct Epoll {
+    epfd: RawFd,
+    events: std::cell::RefCell<Box<[libc::epoll_event; EVENTS]>>,
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: epfd is owned here and closed once.
+        unsafe { libc::close(self.epfd) };
+    }
+}
+
+fn last() -> io::Error {
+    io::Error::last_os_error()
+}
+
+impl Epoll {
+    pub(super) fn new(evfd: RawFd) -> io::Result<Epoll> {
+        // SAFETY: plain syscall; the result is checked.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(last());
+        }
+        let e = Epoll {
+            epfd,
+            events: std::cell::RefCell::new(Box::new(
+                [libc::epoll_event { events: 0, u64: 0 }; EVENTS],
+            )),
+        };
+        e.add(evfd, WAKE, libc::EPOLLIN as u32)?;
+        Ok(e)
+    }
+
+    fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: events | libc::EPOLLET as u32,
+            u64: token,
+        };
+        // SAFETY: epfd and fd are open; ev is valid for the call.
+        if unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(last());
+        }
+        Ok(())
+    }
+
+    pub(super) fn register(&self, fd: RawFd, token: u32, role: Role) -> io::Result<()> {
+        set_nonblocking(fd)?;
+        let events = match role {
+            Role::Stream => libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP,
+            Role::Listener => libc::EPOLLIN,
+        };
+        self.add(fd, token as u64, events as u32)
+    }
+
+    pub(super) fn release(&self, d: &Driver, token: u32) {
+        let mut st = d.st.borrow_mut();
+        let fd = st.slots[token as usize].fd;
+        // SAFETY: fd is still open; it is removed from the set, then closed once.
+        unsafe {
+            libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+            libc::close(fd);
+        }
+        Driver::free_slot(&mut st, token);
+    }
+
+    /// One `recv`. `None`: the socket is known empty (or just said `EAGAIN`).
+    pub(super) fn try_read(s: &mut Slot, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        loop {
+            if !s.readable {
+                return None;
+            }
+            // SAFETY: buf is valid for buf.len() bytes; fd is open.
+            let n =
+                unsafe { libc::recv(s.fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                // Edge-triggered: a short read emptied the socket; later bytes raise a new edge.
+                if (n as usize) < buf.len() && n > 0 && !s.hup {
+                    s.readable = false;
+                }
+                return Some(Ok(n as usize));
+            }
+            let e = last();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => s.readable = s.hup,
+                io::ErrorKind::Interrupted => {}
+                _ => return Some(Err(e)),
+            }
+            if s.hup && !s.readable {
+                return Some(Ok(0));
+            }
+        }
+    }
+
+    /// Whether a read could make progress now (an edge not yet consumed).
+    pub(super) fn has_input(s: &Slot) -> bool {
+        s.readable || s.hup
+    }
+
+    /// One `send`. `None`: the socket buffer is full.
+    pub(super) fn try_write(s: &mut Slot, buf: &[u8]) -> Option<io::Result<usize>> {
+        loop {
+            // SAFETY: buf is valid for buf.len() bytes; fd is open.
+            let n = unsafe {
+                libc::send(
+                    s.fd,
+                    buf.as_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n >= 0 {
+                return Some(Ok(n as usize));
+            }
+            let e = last();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    s.writable = false;
+                    return None;
+                }
+                io::ErrorKind::Interrupted => {}
+                _ => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// One `accept4`. `None`: nothing waiting.
+    pub(super) fn try_accept(s: &mut Slot) -> Option<io::Result<RawFd>> {
+        loop {
+            if !s.readable {
+                return None;
+            }
+            // SAFETY: plain syscall on the listening socket; no address wanted.
+            let fd = unsafe {
+                libc::accept4(
+                    s.fd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                )
+            };
+            if fd >= 0 {
+                return Some(Ok(fd));
+            }
+            let e = last();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => s.readable = false,
+                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
+                _ => return Some(Err(e)),
+            }
+        }
+    }
+
+    pub(super) fn turn(&self, d: &Driver, wait: Option<Duration>) -> usize {
+        let ms = match wait {
+            None => 0,
+            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+        };
+        let mut events = self.events.borrow_mut();
+        d.stats.enters.set(d.stats.enters.get() + 1);
+        // SAFETY: events is a valid buffer of EVENTS entries; epfd is open.
+        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), EVENTS as i32, ms) };
+        if n <= 0 {
+            return 0;
+        }
+        let mut woke_notifier = false;
+        {
+            let mut st = d.st.borrow_mut();
+            for e in &events[..n as usize] {
+                if e.u64 == WAKE {
+                    woke_notifier = true;
+                    continue;
+                }
+                let bits = e.events as i32;
+                let Some(s) = st.slots.get_mut(e.u64 as usize).filter(|s| s.in_use) else {
+                    continue;
+                };
+                let err = bits & (libc::EPOLLERR | libc::EPOLLHUP) != 0;
+                if s.role == Role::Listener {
+                    s.readable = true;
+                    s.rd.wake();
+                    continue;
+                }
+                if err || bits & libc::EPOLLRDHUP != 0 {
+                    s.hup = true;
+                }
+                if err || bits & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0 {
+                    s.readable = true;
+                    s.rd.wake();
+                }
+                if err || bits & libc::EPOLLOUT != 0 {
+                    s.writable = true;
+                    s.wr.wake();
+                }
+            }
+        }
+        if woke_notifier {
+            d.wake_notified(true);
+        }
+        n as usize
+    }
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an open descriptor; results are checked.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 {
+            return Err(last());
+        }
+        if fl & libc::O_NONBLOCK == 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+            return Err(last());
+        }
+    }
+    Ok(())
+}
