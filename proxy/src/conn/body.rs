@@ -30,6 +30,8 @@ pub(super) struct Upload<'a> {
     /// Body bytes already sent with the head.
     pub done: u64,
     pub shard: &'a Shard,
+    /// Set once the whole body went up (the response head reads it).
+    pub finished: &'a std::cell::Cell<bool>,
 }
 
 impl Upload<'_> {
@@ -108,6 +110,7 @@ impl Upload<'_> {
         .await;
         *self.cstart = pos;
         *self.cend = cend;
+        self.finished.set(r.is_ok());
         r
     }
 }
@@ -148,6 +151,9 @@ pub(super) struct Download<'a> {
     pub reused: bool,
     /// Whether any byte reached the client.
     pub sent: &'a mut bool,
+    /// Whether the request body is all read (else the client connection
+    /// closes after this answer, and the head says so).
+    pub body_read: &'a std::cell::Cell<bool>,
 }
 
 impl Download<'_> {
@@ -276,6 +282,7 @@ impl Download<'_> {
         // An HTTP/1.0 client cannot read chunked framing: de-chunk and delimit by close.
         let dechunk = http10 && self.resp.body == ResponseBody::Chunked;
         let client_keep = self.req.keep_alive
+            && self.body_read.get()
             && !shard.draining.get()
             && self.resp.body != ResponseBody::CloseDelimited
             && !dechunk;

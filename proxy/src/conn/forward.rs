@@ -196,6 +196,7 @@ impl Conn {
                 x.cstart += n as usize;
             }
         }
+        let finished = std::cell::Cell::new(!has_body);
         let upload = Upload {
             client,
             up,
@@ -206,6 +207,7 @@ impl Conn {
             body,
             done: coalesced,
             shard: &shard,
+            finished: &finished,
         };
         let download = Download {
             shard: &shard,
@@ -224,6 +226,7 @@ impl Conn {
             upgrade,
             reused,
             sent,
+            body_read: &finished,
         };
         let mut up_fut = pin!(upload.run());
         let mut down_fut = pin!(download.run());

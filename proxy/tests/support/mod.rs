@@ -593,6 +593,11 @@ impl Response {
     pub fn show(&self) -> String {
         escape(&self.raw)
     }
+
+    /// The head as text.
+    pub fn head_text(&self) -> String {
+        String::from_utf8_lossy(&self.head).into_owned()
+    }
 }
 
 /// A raw HTTP/1.x client connection with timeouts and a response reader that
@@ -689,6 +694,23 @@ impl Client {
 
     /// Writes `bytes` in one write call sequence.
     #[track_caller]
+    /// A second handle on the socket for writing from another thread.
+    pub fn writer(&self) -> TcpStream {
+        self.writer.try_clone().expect("clone client socket")
+    }
+
+    /// Reads exactly `buf.len()` bytes (after a head: tunnel payload).
+    #[track_caller]
+    pub fn read_exact(&mut self, buf: &mut [u8]) {
+        if let Err(e) = self.reader.read_exact(buf) {
+            panic!(
+                "reading {} bytes: {e}; received: \"{}\"",
+                buf.len(),
+                self.transcript()
+            );
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         if let Err(e) = self.writer.write_all(bytes) {
             panic!("client write: {e}; received: \"{}\"", self.transcript());
@@ -1308,4 +1330,17 @@ pub fn with_test_driver(json: &str) -> String {
         }
     }
     v.to_string()
+}
+
+/// The value of an unlabelled series in zgix's `/metrics` (started with `admin()`).
+#[track_caller]
+pub fn metric(zgix: &Zgix, name: &str) -> f64 {
+    let admin = zgix.admin.expect("zgix started without admin");
+    let mut client = Client::connect(admin);
+    let resp = client.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    let text = String::from_utf8(resp.body).expect("/metrics is UTF-8");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
 }
