@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use crate::error::ParseError;
-use crate::syntax::{is_field_vchar, is_tchar};
+use crate::syntax::{hex_value, is_field_vchar, is_tchar};
 
 /// Longest chunk-size line (size, extensions, CRLF excluded) or trailer field line. RFC 9112
 /// §7.1.1 lets a server bound extension length; 4 KiB is ample for any real extension and
@@ -311,15 +311,6 @@ fn expect(b: u8, want: u8, next: State) -> Result<State, ParseError> {
         Ok(next)
     } else {
         Err(ParseError::BadChunk)
-    }
-}
-
-fn hex_value(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 

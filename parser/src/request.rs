@@ -220,7 +220,7 @@ impl RequestParser {
             head.canonical_path.clear();
             head.canonical_path.push(b'*');
         } else {
-            canonicalize_path(head.path.get(buf), &mut head.canonical_path);
+            canonicalize_path(head.path.get(buf), &mut head.canonical_path)?;
         }
         Ok(Status::Complete(()))
     }
@@ -701,8 +701,23 @@ mod tests {
             ParseError::Malformed
         );
 
+        // Encoded dot-segments count as dot-segments (RFC 3986 §6.2.2.2); the query is
+        // never touched.
         let req = "GET //a///b/%2e%2e/../c?x=/../ HTTP/1.1\r\nHost: a\r\n\r\n";
-        assert_eq!(parse(req).unwrap().canonical_path, b"/a/b/c");
+        assert_eq!(parse(req).unwrap().canonical_path, b"/c");
+        let req = "GET /public/%2E%2e/%61dmin?%2e%2e HTTP/1.1\r\nHost: a\r\n\r\n";
+        let head = parse(req).unwrap();
+        assert_eq!(head.canonical_path, b"/admin");
+        assert_eq!(head.query.map(|q| text(req, q)), Some("%2e%2e"));
+        for target in ["/%2fadmin", "/a/%2F", "http://a.com/%5c"] {
+            assert_eq!(
+                err(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")),
+                ParseError::EncodedSlash,
+                "{target}"
+            );
+        }
+        // A "%2F" in the query is data, not a separator.
+        assert!(parse("GET /a?b=%2F HTTP/1.1\r\nHost: a\r\n\r\n").is_ok());
     }
 
     #[test]

@@ -101,11 +101,12 @@ fn request_parse_does_not_allocate() {
 
 #[test]
 fn canonicalize_path_does_not_allocate_with_capacity() {
-    let raw = b"//a/./b/../../c/";
+    let raw = b"//a/./b/../%2e%2E/c/%7e";
     let mut out = Vec::with_capacity(raw.len() + 1);
-    let (n, ()) = allocations(|| canonicalize_path(raw, &mut out));
+    let (n, r) = allocations(|| canonicalize_path(raw, &mut out));
     assert_eq!(n, 0);
-    assert_eq!(out, b"/c/");
+    assert_eq!(r, Ok(()));
+    assert_eq!(out, b"/c/~");
 }
 
 #[test]
