@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::RequestFilter;
 use crate::limits::Limits;
+use crate::via::Via;
 
 /// The whole config document.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -27,6 +28,9 @@ pub struct Config {
     /// Global size and time limits.
     #[serde(default)]
     pub limits: Limits,
+    /// The name in the Via field added to forwarded requests and responses, or off.
+    #[serde(default)]
+    pub via: Via,
 }
 
 /// The admin endpoint (metrics, health).

@@ -42,6 +42,9 @@ pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec
     v.listeners();
     v.clusters();
     v.limits();
+    if let Err(rule) = config.via.check() {
+        v.err("via", rule);
+    }
     if v.errors.is_empty() {
         Ok(())
     } else {

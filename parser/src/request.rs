@@ -54,6 +54,10 @@ pub struct RequestHead {
     pub head_len: usize,
     /// How the body is delimited.
     pub body: BodyKind,
+    /// The one value every Content-Length field and list element agreed on (RFC 9112 §6.3
+    /// rule 5 lets `Content-Length: 5, 5` and two `Content-Length: 5` fields through only if
+    /// the recipient replaces them with this single value: the proxy forwards one field).
+    pub content_length: Option<u64>,
     /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
     pub keep_alive: bool,
     /// HTTP/1.1 `Expect: 100-continue` (RFC 9110 §10.1.1).
@@ -77,6 +81,7 @@ impl RequestHead {
             headers: Vec::with_capacity(limits.header_slots()),
             head_len: 0,
             body: BodyKind::None,
+            content_length: None,
             keep_alive: false,
             expect_continue: false,
             // A canonical path is at most one byte longer than the raw path, which fits in
@@ -200,6 +205,7 @@ impl RequestParser {
             return Err(ParseError::Malformed);
         }
         head.body = self.body(&fields, head.version)?;
+        head.content_length = fields.content_length;
         // RFC 9110 §10.1.1: "A server that receives a 100-continue expectation in an HTTP/1.0
         // request MUST ignore that expectation"; zgix ignores every expectation on 1.0. On
         // 1.1, "A server that receives an Expect field value containing a member other than
