@@ -739,3 +739,19 @@ fn via_is_a_token_or_false() {
     let e = load(&with(&[("/via", json!(3))])).unwrap_err();
     assert!(e[0].starts_with("via: invalid type: integer `3`"), "{e:?}");
 }
+
+#[test]
+fn filter_paths_are_in_decoded_form() {
+    let m =
+        |p: &str| json!({"match": {"path": {"prefix": p}}, "action": {"reject": {"status": 403}}});
+    let at = format!("{FP}[0].match.path.prefix");
+    filter(
+        m("/%61dmin"),
+        &[&format!("{at}: \"/%61dmin\" contains \"%61\": paths are matched with unreserved characters decoded, write 'a'")],
+    );
+    filter(
+        m("/a%2Fb"),
+        &[&format!("{at}: \"/a%2Fb\" contains \"%2F\": a request path with an encoded '/' or '\\' is refused 400, so it never matches")],
+    );
+    filter(m("/caf%C3%A9/%20/%3f"), &[]);
+}
