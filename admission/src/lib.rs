@@ -14,6 +14,7 @@ mod conn_table;
 mod identity;
 mod rate_table;
 mod slot_table;
+mod sync;
 mod token_bucket;
 mod waf;
 
