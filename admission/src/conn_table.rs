@@ -178,6 +178,12 @@ impl ConnTable {
             .sum()
     }
 
+    /// Keys of every claimed slot (tests: no identity twice).
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<u128> {
+        slot_table::keys(&self.slots)
+    }
+
     #[cfg(test)]
     fn home(&self, id: ClientId) -> usize {
         self.geo.place(id).home

@@ -12,6 +12,8 @@
 mod clock;
 mod conn_table;
 mod identity;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod rate_table;
 mod slot_table;
 mod sync;
