@@ -1,10 +1,10 @@
 //! `ConnTable`: concurrent connections per client identity in a fixed array of atomic counters, released by a `ConnGuard` on drop.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::slot_table::{self, Geometry, KeyCell, Located, Slot, BUSY, EMPTY_KEY};
+use crate::sync::{AtomicU64, Ordering};
 use crate::ClientId;
 
 /// Control word: bit 63 `BUSY`, bits 32..63 a 31-bit generation, bits 0..32 the count.
@@ -176,6 +176,12 @@ impl ConnTable {
                 }
             })
             .sum()
+    }
+
+    /// Keys of every claimed slot (tests: no identity twice).
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<u128> {
+        slot_table::keys(&self.slots)
     }
 
     #[cfg(test)]

@@ -12,8 +12,11 @@
 mod clock;
 mod conn_table;
 mod identity;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod rate_table;
 mod slot_table;
+mod sync;
 mod token_bucket;
 mod waf;
 

@@ -1,9 +1,9 @@
 //! `RateTable`: one token bucket per client identity in a fixed array of atomic slots, shared by every shard and every listener.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::slot_table::{self, Geometry, KeyCell, Located, Slot, BUSY, EMPTY_KEY};
+use crate::sync::{AtomicU64, Ordering};
 use crate::token_bucket::{Rate, RateDecision, RateParams, TOKEN_MAX};
 use crate::ClientId;
 
@@ -113,6 +113,45 @@ impl RateTable {
         RateDecision::TableFull
     }
 
+    /// Gives back the token a request took, for a request refused after its rate check
+    /// for a reason that must not cost the client one: a 503 from the connection limit
+    /// (the two limits are independent), or a 413 for a chunked body that grew past
+    /// `max_request_body` (oversized requests are answered "before" the rate check; a
+    /// body whose size is unknown up front can only be found out after it).
+    ///
+    /// Call it at most once, and only after [`RateTable::check`] answered `Allowed` for
+    /// `id` with the same `p` (`TableFull` took nothing). The bucket never goes above its
+    /// burst. Returns false when `id` holds no bucket any more (its slot was recycled,
+    /// which needs the bucket to have refilled, so nothing is owed) or the bucket was
+    /// already full.
+    pub fn refund(&self, id: ClientId, p: RateParams) -> bool {
+        let cap = Rate::new(p).cap;
+        let Some((idx, mut ctl)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
+        else {
+            return false;
+        };
+        let slot = &self.slots[idx];
+        let owner = ctl >> GEN_SHIFT;
+        loop {
+            let left = tokens(ctl);
+            if left >= cap {
+                return false;
+            }
+            let back = (left + crate::token_bucket::MICROTOKENS_PER_TOKEN).min(cap);
+            match slot.ctl.compare_exchange(
+                ctl,
+                with_tokens(ctl, back),
+                Ordering::AcqRel,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(cur) if cur >> GEN_SHIFT == owner => ctl = cur,
+                // Re-keyed: the bucket refilled and went to someone else.
+                Err(_) => return false,
+            }
+        }
+    }
+
     /// Number of slots (a power of two).
     pub fn capacity(&self) -> usize {
         self.slots.len()
@@ -129,6 +168,18 @@ impl RateTable {
                     || (s.key.load() != EMPTY_KEY && s.full_at.load(Ordering::Acquire) > now_ns)
             })
             .count()
+    }
+
+    /// Keys of every claimed slot (tests: no identity twice).
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<u128> {
+        slot_table::keys(&self.slots)
+    }
+
+    /// Microtokens in `id`'s bucket, without refilling (tests).
+    #[cfg(test)]
+    pub(crate) fn tokens_of(&self, id: ClientId) -> Option<u64> {
+        slot_table::find(&self.geo, &self.slots, self.geo.place(id), id).map(|(_, c)| tokens(c))
     }
 
     #[cfg(test)]
@@ -448,6 +499,45 @@ mod tests {
         }
         assert_eq!(total, [3; 32]);
         assert_eq!(t.in_use(0), 32);
+    }
+
+    #[test]
+    fn refund_gives_one_token_back_up_to_the_burst() {
+        let t = RateTable::new(64);
+        let q = p(1, 1000, 2);
+        assert!(!t.refund(v4(3), q), "no bucket, nothing owed");
+        assert_eq!(t.check(v4(3), q, 0), Allowed);
+        assert_eq!(t.check(v4(3), q, 0), Allowed);
+        assert!(matches!(t.check(v4(3), q, 0), Limited { .. }));
+        // Two requests refused after their check (503, 413): both tokens come back.
+        assert!(t.refund(v4(3), q));
+        assert!(t.refund(v4(3), q));
+        assert!(!t.refund(v4(3), q), "never above the burst");
+        assert_eq!(t.check(v4(3), q, 0), Allowed);
+        assert_eq!(t.check(v4(3), q, 0), Allowed);
+        assert!(matches!(t.check(v4(3), q, 0), Limited { .. }));
+        // Another identity's bucket is untouched.
+        assert_eq!(t.check(v4(4), q, 0), Allowed);
+        assert!(t.refund(v4(3), q));
+        assert_eq!(t.check(v4(4), q, 0), Allowed);
+        assert!(matches!(t.check(v4(4), q, 0), Limited { .. }));
+    }
+
+    #[test]
+    fn refund_after_the_slot_was_recycled_touches_nobody() {
+        let t = RateTable::new(8);
+        let q = p(1, 1000, 1);
+        for i in 0..8 {
+            assert_eq!(t.check(v4(i), q, 0), Allowed);
+        }
+        // Every bucket refills; eight newcomers take the slots.
+        for i in 100..108 {
+            assert_eq!(t.check(v4(i), q, 1000 * MS), Allowed);
+        }
+        assert!(!t.refund(v4(0), q));
+        for i in 100..108 {
+            assert!(matches!(t.check(v4(i), q, 1000 * MS), Limited { .. }));
+        }
     }
 
     fn spin_loop_hint() {

@@ -18,8 +18,7 @@
 //! claimers the later one in the SeqCst order is guaranteed to see the earlier, so at
 //! most one keeps its claim and an identity never holds two slots.
 
-use std::hint::spin_loop;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{seqcst_point, spin_loop, AtomicU64, Ordering};
 
 use crate::ClientId;
 
@@ -30,7 +29,13 @@ use crate::ClientId;
 /// that all 8 are live at load factor `a` is roughly `a^8` (0.4% at a = 0.5, 1e-8 at
 /// 0.1). A window that is full costs one fail-open (`TableFull`, counted), not an
 /// error or a scan of the table.
+#[cfg(not(loom))]
 pub(crate) const PROBES: usize = 8;
+/// Under loom: a window of two slots, so a model can fill it and race a claim against
+/// stale-slot reuse in few enough steps to explore every interleaving. The protocol is
+/// the same for any window size.
+#[cfg(loom)]
+pub(crate) const PROBES: usize = 2;
 
 /// A slot being (re)keyed; the low 63 bits are the claimer's fingerprint.
 pub(crate) const BUSY: u64 = 1 << 63;
@@ -41,7 +46,12 @@ pub(crate) const EMPTY_KEY: u128 = u128::MAX;
 /// How long a prober waits for a concurrent install of its own identity. The install
 /// is three stores, so this only runs out if that thread was descheduled mid-install;
 /// the prober then fails open rather than wait on it.
+#[cfg(not(loom))]
 const SPIN_LIMIT: u32 = 1 << 10;
+/// Under loom each spin is a yield to the other threads; a few are enough to see both
+/// outcomes (the install finishes, or the prober gives up).
+#[cfg(loom)]
+const SPIN_LIMIT: u32 = 3;
 
 /// Full rescans before failing open when claims keep losing races (a slot changing
 /// owner between our scan and our CAS); each is at most `PROBES` slots.
@@ -55,7 +65,7 @@ pub(crate) struct KeyCell {
 }
 
 impl KeyCell {
-    pub(crate) const fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         KeyCell {
             hi: AtomicU64::new(u64::MAX),
             lo: AtomicU64::new(u64::MAX),
@@ -117,8 +127,13 @@ impl Geometry {
     /// to at least one probe window.
     pub(crate) fn new(entries: usize) -> Self {
         let len = entries.max(PROBES).next_power_of_two();
+        // A loom model must replay the same execution, so its homes must not move.
+        #[cfg(loom)]
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        #[cfg(not(loom))]
+        let hasher = ahash::RandomState::new();
         Geometry {
-            hasher: ahash::RandomState::new(),
+            hasher,
             mask: len - 1,
         }
     }
@@ -217,6 +232,7 @@ pub(crate) fn locate<S: Slot>(
         {
             continue;
         }
+        seqcst_point();
         if rival(geo, slots, place, id, idx) {
             // Someone else holds or is installing this identity: put the slot back
             // exactly as it was (its owner and key never changed) and look again.
@@ -227,6 +243,26 @@ pub(crate) fn locate<S: Slot>(
         return Located::Claimed { idx, prev };
     }
     Located::Full
+}
+
+/// `id`'s slot and a control word consistent with its key, without claiming anything:
+/// `None` when the identity holds no slot in its window (or is being installed).
+pub(crate) fn find<S: Slot>(
+    geo: &Geometry,
+    slots: &[S],
+    place: Place,
+    id: ClientId,
+) -> Option<(usize, u64)> {
+    let id = id.bits();
+    geo.window(place).find_map(|idx| {
+        let slot = &slots[idx];
+        let w = slot.ctl().load(Ordering::SeqCst);
+        if w & BUSY != 0 || slot.key().load() != id {
+            return None;
+        }
+        let w2 = slot.ctl().load(Ordering::SeqCst);
+        (w2 & BUSY == 0 && same_owner::<S>(w, w2)).then_some((idx, w2))
+    })
 }
 
 /// After claiming `own`, is `id` held or being installed anywhere else in its window?
@@ -242,6 +278,18 @@ fn rival<S: Slot>(geo: &Geometry, slots: &[S], place: Place, id: u128, own: usiz
         }
     }
     false
+}
+
+/// Keys of the slots that hold an identity now, in slot order: for tests asserting that
+/// no identity holds two slots.
+#[cfg(test)]
+pub(crate) fn keys<S: Slot>(slots: &[S]) -> Vec<u128> {
+    slots
+        .iter()
+        .filter(|s| s.ctl().load(Ordering::SeqCst) & BUSY == 0)
+        .map(|s| s.key().load())
+        .filter(|&k| k != EMPTY_KEY)
+        .collect()
 }
 
 /// Publish a claimed slot: the new owner's generation with `payload` below it.

@@ -19,6 +19,7 @@ mod limits;
 mod load;
 mod model;
 mod validate;
+mod via;
 
 pub use error::ConfigError;
 pub use filter::{
@@ -34,3 +35,4 @@ pub use model::{
     MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, WAF_STATUSES,
 };
 pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};
+pub use via::{Via, DEFAULT_VIA, MAX_VIA_BYTES};

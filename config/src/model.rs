@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::RequestFilter;
 use crate::limits::Limits;
+use crate::via::Via;
 
 /// The whole config document.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -30,6 +31,9 @@ pub struct Config {
     /// The socket driver and its buffers.
     #[serde(default)]
     pub io: crate::io::Io,
+    /// The name in the Via field added to forwarded requests and responses, or off.
+    #[serde(default)]
+    pub via: Via,
 }
 
 /// The admin endpoint (metrics, health).

@@ -43,6 +43,9 @@ pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec
     v.listeners();
     v.clusters();
     v.limits();
+    if let Err(rule) = config.via.check() {
+        v.err("via", rule);
+    }
     if v.errors.is_empty() {
         Ok(())
     } else {
@@ -369,6 +372,8 @@ impl Validator<'_> {
                 path,
                 format!("{s:?} must not contain '?' or '#': paths are matched without the query"),
             );
+        } else if let Some(rule) = encoded_path_char(s) {
+            self.err(path, format!("{s:?} {rule}"));
         }
     }
 
@@ -634,6 +639,29 @@ impl Validator<'_> {
 }
 
 /// RFC 9110 §5.6.2 token: one or more tchar.
+/// A pct-encoded triplet that can never occur in a canonical path: an unreserved
+/// character (zgix decodes those before matching, so `%61` never matches) or an
+/// encoded `/` or `\` (requests carrying one are refused 400).
+fn encoded_path_char(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    (0..b.len().saturating_sub(2)).find_map(|i| {
+        let triplet = s.get(i..i + 3)?;
+        let c = u8::from_str_radix(triplet.strip_prefix('%')?, 16).ok()?;
+        if c == b'/' || c == b'\\' {
+            Some(format!(
+                "contains {triplet:?}: a request path with an encoded '/' or '\\' is refused 400, so it never matches"
+            ))
+        } else if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+            Some(format!(
+                "contains {triplet:?}: paths are matched with unreserved characters decoded, write {:?}",
+                char::from(c)
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()

@@ -30,11 +30,13 @@ pub enum ParseError {
     UnsupportedVersion,
     /// 417: an HTTP/1.1 Expect field other than `100-continue` (RFC 9110 §10.1.1).
     ExpectationFailed,
+    /// 400: an encoded `/` or `\` (`%2F`, `%5C`) in the path: see [`crate::canonicalize_path`].
+    EncodedSlash,
 }
 
 impl ParseError {
     /// Every variant, for exhaustive checks (the status mapping's tests).
-    pub const ALL: [ParseError; 10] = [
+    pub const ALL: [ParseError; 11] = [
         ParseError::Malformed,
         ParseError::BadFraming,
         ParseError::UnknownCoding,
@@ -45,6 +47,7 @@ impl ParseError {
         ParseError::BodyTooLarge,
         ParseError::UnsupportedVersion,
         ParseError::ExpectationFailed,
+        ParseError::EncodedSlash,
     ];
 
     /// A short, fixed description for logs.
@@ -60,6 +63,7 @@ impl ParseError {
             ParseError::BodyTooLarge => "body too large",
             ParseError::UnsupportedVersion => "unsupported HTTP version",
             ParseError::ExpectationFailed => "unsupported expectation",
+            ParseError::EncodedSlash => "encoded slash in path",
         }
     }
 }

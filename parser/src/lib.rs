@@ -20,6 +20,7 @@ mod fields;
 mod limits;
 mod message;
 mod path;
+mod rechunk;
 mod request;
 mod response;
 mod span;
@@ -39,6 +40,7 @@ pub use limits::{
 };
 pub use message::{Method, Version};
 pub use path::canonicalize_path;
+pub use rechunk::{rechunk, Rechunked, RECHUNK_SLACK};
 pub use request::{BodyKind, RequestHead, RequestParser};
 pub use response::{ResponseBody, ResponseHead, ResponseParser};
 pub use span::{Span, Status};

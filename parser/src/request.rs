@@ -54,6 +54,10 @@ pub struct RequestHead {
     pub head_len: usize,
     /// How the body is delimited.
     pub body: BodyKind,
+    /// The one value every Content-Length field and list element agreed on (RFC 9112 §6.3
+    /// rule 5 lets `Content-Length: 5, 5` and two `Content-Length: 5` fields through only if
+    /// the recipient replaces them with this single value: the proxy forwards one field).
+    pub content_length: Option<u64>,
     /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
     pub keep_alive: bool,
     /// HTTP/1.1 `Expect: 100-continue` (RFC 9110 §10.1.1).
@@ -77,6 +81,7 @@ impl RequestHead {
             headers: Vec::with_capacity(limits.header_slots()),
             head_len: 0,
             body: BodyKind::None,
+            content_length: None,
             keep_alive: false,
             expect_continue: false,
             // A canonical path is at most one byte longer than the raw path, which fits in
@@ -200,6 +205,7 @@ impl RequestParser {
             return Err(ParseError::Malformed);
         }
         head.body = self.body(&fields, head.version)?;
+        head.content_length = fields.content_length;
         // RFC 9110 §10.1.1: "A server that receives a 100-continue expectation in an HTTP/1.0
         // request MUST ignore that expectation"; zgix ignores every expectation on 1.0. On
         // 1.1, "A server that receives an Expect field value containing a member other than
@@ -220,7 +226,7 @@ impl RequestParser {
             head.canonical_path.clear();
             head.canonical_path.push(b'*');
         } else {
-            canonicalize_path(head.path.get(buf), &mut head.canonical_path);
+            canonicalize_path(head.path.get(buf), &mut head.canonical_path)?;
         }
         Ok(Status::Complete(()))
     }
@@ -701,8 +707,23 @@ mod tests {
             ParseError::Malformed
         );
 
+        // Encoded dot-segments count as dot-segments (RFC 3986 §6.2.2.2); the query is
+        // never touched.
         let req = "GET //a///b/%2e%2e/../c?x=/../ HTTP/1.1\r\nHost: a\r\n\r\n";
-        assert_eq!(parse(req).unwrap().canonical_path, b"/a/b/c");
+        assert_eq!(parse(req).unwrap().canonical_path, b"/c");
+        let req = "GET /public/%2E%2e/%61dmin?%2e%2e HTTP/1.1\r\nHost: a\r\n\r\n";
+        let head = parse(req).unwrap();
+        assert_eq!(head.canonical_path, b"/admin");
+        assert_eq!(head.query.map(|q| text(req, q)), Some("%2e%2e"));
+        for target in ["/%2fadmin", "/a/%2F", "http://a.com/%5c"] {
+            assert_eq!(
+                err(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")),
+                ParseError::EncodedSlash,
+                "{target}"
+            );
+        }
+        // A "%2F" in the query is data, not a separator.
+        assert!(parse("GET /a?b=%2F HTTP/1.1\r\nHost: a\r\n\r\n").is_ok());
     }
 
     #[test]

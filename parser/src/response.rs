@@ -38,6 +38,10 @@ pub struct ResponseHead {
     pub head_len: usize,
     /// How the body is delimited.
     pub body: ResponseBody,
+    /// The agreed Content-Length value (several equal fields or list elements reduced to
+    /// one, RFC 9112 §6.3 rule 5); kept for HEAD, 1xx, 204 and 304 answers too, whose body
+    /// is `None` whatever it says.
+    pub content_length: Option<u64>,
     /// Whether the origin connection may carry another request after this response.
     pub keep_alive: bool,
 }
@@ -52,6 +56,7 @@ impl ResponseHead {
             headers: Vec::with_capacity(max_headers.min(MAX_HEADERS_CAP)),
             head_len: 0,
             body: ResponseBody::None,
+            content_length: None,
             keep_alive: false,
         }
     }
@@ -131,6 +136,7 @@ impl ResponseParser {
         }
         let fields = Fields::scan(buf, &mut head.headers);
         head.body = body(&fields, head.version, status, request_method)?;
+        head.content_length = fields.content_length;
         // RFC 9112 §9.3: persistence from the version and the "close" / "keep-alive"
         // options. A close-delimited body ends the connection whatever they say (§9.6).
         head.keep_alive = head.body != ResponseBody::CloseDelimited

@@ -87,6 +87,16 @@ pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
     s
 }
 
+/// The value of one hex digit (RFC 5234 HEXDIG, either case).
+pub(crate) fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
 /// The elements of a comma-separated list field value (RFC 9110 §5.6.1), OWS-trimmed.
 /// Empty elements are yielded too; each caller decides whether they are tolerable.
 pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {

@@ -4,8 +4,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use zgix_parser::{
-    canonicalize_path, ChunkedDecoder, Limits, Method, RequestHead, RequestParser, ResponseHead,
-    ResponseParser, Status,
+    canonicalize_path, rechunk, ChunkedDecoder, Limits, Method, RequestHead, RequestParser,
+    ResponseHead, ResponseParser, Status, RECHUNK_SLACK,
 };
 
 /// Counts allocations made by the current thread, so tests running in parallel on other
@@ -101,11 +101,30 @@ fn request_parse_does_not_allocate() {
 
 #[test]
 fn canonicalize_path_does_not_allocate_with_capacity() {
-    let raw = b"//a/./b/../../c/";
+    let raw = b"//a/./b/../%2e%2E/c/%7e";
     let mut out = Vec::with_capacity(raw.len() + 1);
-    let (n, ()) = allocations(|| canonicalize_path(raw, &mut out));
+    let (n, r) = allocations(|| canonicalize_path(raw, &mut out));
     assert_eq!(n, 0);
-    assert_eq!(out, b"/c/");
+    assert_eq!(r, Ok(()));
+    assert_eq!(out, b"/c/~");
+}
+
+#[test]
+fn rechunk_does_not_allocate_with_slack() {
+    let msg = b"5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\nX: y\r\n\r\n";
+    let mut dec = ChunkedDecoder::new(u64::MAX);
+    let mut out = Vec::with_capacity(msg.len() + RECHUNK_SLACK);
+    for cut in [3, 20] {
+        let (n, r) = allocations(|| rechunk(&mut dec, &msg[..cut], &mut out));
+        assert_eq!(n, 0);
+        assert!(r.is_ok());
+    }
+    dec.reset();
+    out.clear();
+    let (n, r) = allocations(|| rechunk(&mut dec, msg, &mut out));
+    assert_eq!(n, 0);
+    assert_eq!(r.map(|r| r.done), Ok(true));
+    assert_eq!(out, b"5\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\n\r\n");
 }
 
 #[test]

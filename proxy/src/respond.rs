@@ -11,7 +11,8 @@ pub fn status_for(e: ParseError) -> u16 {
         ParseError::Malformed
         | ParseError::BadFraming
         | ParseError::BadHost
-        | ParseError::BadChunk => 400,
+        | ParseError::BadChunk
+        | ParseError::EncodedSlash => 400,
         ParseError::UnknownCoding => 501,
         ParseError::UriTooLong => 414,
         ParseError::HeadersTooLarge => 431,

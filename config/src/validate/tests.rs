@@ -697,3 +697,61 @@ fn every_problem_in_a_filter_list_is_reported() {
         ]
     );
 }
+
+#[test]
+fn via_is_a_token_or_false() {
+    assert_eq!(load(MINIMAL).unwrap().via, crate::Via::Name("zgix".into()));
+    assert_eq!(
+        load(&with(&[("/via", json!(false))])).unwrap().via,
+        crate::Via::Off
+    );
+    assert_eq!(
+        load(&with(&[("/via", json!("edge-7.example"))]))
+            .unwrap()
+            .via
+            .name(),
+        Some("edge-7.example")
+    );
+    let rule = "must be a token of 1 to 64 letters, digits or !#$%&'*+-.^_`|~ (such as \"zgix\"), or false";
+    for bad in ["", "a b", "zgix, 1.1 evil", "a\r\nX: y", &"v".repeat(65)] {
+        one(
+            &[("/via", json!(bad))],
+            &format!("via: {rule}, got {bad:?}"),
+        );
+    }
+    // Reported with every other problem, not alone.
+    assert_eq!(
+        errs(&[
+            ("/via", json!("a b")),
+            ("/listeners/0/http/cluster", json!("nope"))
+        ])
+        .len(),
+        2
+    );
+    let e = load(&with(&[("/via", json!(true))])).unwrap_err();
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with(
+            "via: invalid value: boolean `true`, expected a name such as \"zgix\", or false"
+        ),
+        "{e:?}"
+    );
+    let e = load(&with(&[("/via", json!(3))])).unwrap_err();
+    assert!(e[0].starts_with("via: invalid type: integer `3`"), "{e:?}");
+}
+
+#[test]
+fn filter_paths_are_in_decoded_form() {
+    let m =
+        |p: &str| json!({"match": {"path": {"prefix": p}}, "action": {"reject": {"status": 403}}});
+    let at = format!("{FP}[0].match.path.prefix");
+    filter(
+        m("/%61dmin"),
+        &[&format!("{at}: \"/%61dmin\" contains \"%61\": paths are matched with unreserved characters decoded, write 'a'")],
+    );
+    filter(
+        m("/a%2Fb"),
+        &[&format!("{at}: \"/a%2Fb\" contains \"%2F\": a request path with an encoded '/' or '\\' is refused 400, so it never matches")],
+    );
+    filter(m("/caf%C3%A9/%20/%3f"), &[]);
+}
