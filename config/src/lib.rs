@@ -17,6 +17,7 @@ mod filter;
 mod limits;
 mod load;
 mod model;
+mod upstream;
 mod validate;
 
 pub use error::ConfigError;
@@ -31,4 +32,5 @@ pub use model::{
     Listener, RateLimit, Waf, DEFAULT_WAF_STATUS, MAX_RATE_LIMIT_TOKENS, MAX_RATE_LIMIT_WINDOW_MS,
     MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, WAF_STATUSES,
 };
+pub use upstream::*;
 pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};

@@ -33,7 +33,7 @@ fn demo_is_the_smallest_useful_config() {
     assert_eq!(c.listeners[0].http.cluster, "origin");
     assert_eq!(
         c.clusters["origin"].endpoints,
-        ["127.0.0.1:9000".parse().unwrap()]
+        [zgix_config::Endpoint::new("127.0.0.1:9000")]
     );
     assert_eq!(c.admin.unwrap().bind, "127.0.0.1:9901".parse().unwrap());
 }
