@@ -332,7 +332,10 @@ mod tests {
                 port: 8080
             })
         );
-        assert_eq!(t("origin.internal:8080").unwrap().to_string(), "origin.internal:8080");
+        assert_eq!(
+            t("origin.internal:8080").unwrap().to_string(),
+            "origin.internal:8080"
+        );
         assert!(t("origin").unwrap_err().contains("has no port"));
         assert!(t("::1:80").unwrap_err().contains("in brackets"));
         assert!(t("a:99999").unwrap_err().contains("from 1 to 65535"));
@@ -344,9 +347,10 @@ mod tests {
 
     #[test]
     fn endpoint_string_or_object_round_trips() {
-        let v: Vec<Endpoint> =
-            serde_json::from_str(r#"["10.0.0.1:80", {"address": "b:80", "weight": 3}, {"address": "c:1"}]"#)
-                .unwrap();
+        let v: Vec<Endpoint> = serde_json::from_str(
+            r#"["10.0.0.1:80", {"address": "b:80", "weight": 3}, {"address": "c:1"}]"#,
+        )
+        .unwrap();
         assert_eq!(v[0], Endpoint::new("10.0.0.1:80"));
         assert_eq!(v[1].weight, 3);
         assert_eq!(v[2].weight, 1);

@@ -742,7 +742,9 @@ fn endpoints_by_name_and_weight() {
             "clusters.api.endpoints[5]: c.internal:0: port 0 cannot be connected to",
         ]
     );
-    let many: Vec<String> = (1..=257).map(|i| format!("10.0.{}.{}:80", i / 200, i % 200)).collect();
+    let many: Vec<String> = (1..=257)
+        .map(|i| format!("10.0.{}.{}:80", i / 200, i % 200))
+        .collect();
     one(
         &[("/clusters/api/endpoints", json!(many))],
         "clusters.api.endpoints: must list at most 256 endpoints, got 257",
@@ -798,7 +800,11 @@ fn passive_health_defaults_bounds_and_off() {
     );
     let c = load(&with(&[(&format!("{C}/health/passive"), json!(null))])).unwrap();
     assert_eq!(c.clusters["api"].health.passive, None);
-    let c = load(&with(&[(&format!("{C}/health/passive"), json!({"on_5xx": true}))])).unwrap();
+    let c = load(&with(&[(
+        &format!("{C}/health/passive"),
+        json!({"on_5xx": true}),
+    )]))
+    .unwrap();
     assert!(c.clusters["api"].health.passive.unwrap().on_5xx);
     assert_eq!(
         errs(&[(
@@ -814,10 +820,21 @@ fn passive_health_defaults_bounds_and_off() {
 
 #[test]
 fn active_health_defaults_and_every_rule() {
-    let c = load(&with(&[(&format!("{C}/health/active"), json!({"path": "/healthz"}))])).unwrap();
+    let c = load(&with(&[(
+        &format!("{C}/health/active"),
+        json!({"path": "/healthz"}),
+    )]))
+    .unwrap();
     let a = c.clusters["api"].health.active.clone().unwrap();
     assert_eq!(
-        (a.interval_ms, a.timeout_ms, a.healthy, a.unhealthy, a.expect_status, a.host),
+        (
+            a.interval_ms,
+            a.timeout_ms,
+            a.healthy,
+            a.unhealthy,
+            a.expect_status,
+            a.host
+        ),
         (2000, 1000, 2, 3, vec![200], None)
     );
     assert_eq!(
