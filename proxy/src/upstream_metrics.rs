@@ -282,3 +282,40 @@ pub fn render(rt: &Runtime) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttfb_buckets_are_cumulative_and_in_seconds() {
+        let text = r#"{"listeners": [{"bind": "127.0.0.1:0", "http": {"cluster": "c"}}],
+            "clusters": {"c": {"endpoints": ["127.0.0.1:1"]}}}"#;
+        let rt = Runtime::new(zgix_config::Config::from_json(text).unwrap(), 2);
+        let (s0, s1) = (&rt.upstream_stats.shards[0], &rt.upstream_stats.shards[1]);
+        s0.endpoints[0].ttfb(100);
+        s1.endpoints[0].ttfb(101);
+        s1.endpoints[0].ttfb(20_000_000);
+        s0.retry(RetryReason::Connect);
+        s1.retry(RetryReason::Connect);
+        let m = render(&rt);
+        let l = "cluster=\"c\",endpoint=\"127.0.0.1:1\"";
+        for line in [
+            format!("zgix_upstream_ttfb_seconds_bucket{{{l},le=\"0.0001\"}} 1"),
+            format!("zgix_upstream_ttfb_seconds_bucket{{{l},le=\"0.00025\"}} 2"),
+            format!("zgix_upstream_ttfb_seconds_bucket{{{l},le=\"10\"}} 2"),
+            format!("zgix_upstream_ttfb_seconds_bucket{{{l},le=\"+Inf\"}} 3"),
+            format!("zgix_upstream_ttfb_seconds_count{{{l}}} 3"),
+            format!("zgix_upstream_ttfb_seconds_sum{{{l}}} 20.000201"),
+        ] {
+            assert!(m.lines().any(|x| x == line), "no {line:?} in\n{m}");
+        }
+        let mut r = String::new();
+        rt.upstream_stats.render_retries(&mut r);
+        assert!(
+            r.contains("zgix_upstream_retries_total{reason=\"connect\"} 2\n"),
+            "{r}"
+        );
+        assert!(r.contains("zgix_upstream_retries_total{reason=\"reset_before_response\"} 0\n"));
+    }
+}
