@@ -96,6 +96,8 @@ pub struct Timeouts {
     pub upstream_connect: Duration,
     pub upstream_header: Duration,
     pub upstream_idle: Duration,
+    /// Lifetime of an idle pooled upstream connection.
+    pub upstream_pool_idle: Duration,
     pub drain: Duration,
     pub proxy_protocol: Duration,
 }
@@ -217,6 +219,7 @@ impl Runtime {
             upstream_connect: ms(l.upstream_connect_timeout_ms),
             upstream_header: ms(l.upstream_header_timeout_ms),
             upstream_idle: ms(l.upstream_idle_timeout_ms),
+            upstream_pool_idle: ms(l.upstream_pool_idle_timeout_ms),
             drain: ms(l.drain_timeout_ms),
             proxy_protocol: ms(l.proxy_protocol_timeout_ms),
         };
