@@ -49,6 +49,10 @@ fn edge_uses_every_feature() {
     assert!(l.http.conn_limit.is_some());
     assert!(l.http.waf.is_some());
     assert_eq!(c.clusters["api"].lb, Lb::SourceIp);
+    let web = &c.clusters["web"];
+    assert_eq!(web.lb, Lb::LeastConn);
+    assert_eq!(web.endpoints[2].weight, 2);
+    assert!(web.health.active.is_some() && web.health.passive.is_some());
     let kinds: Vec<&str> = l
         .http
         .request_filters

@@ -874,3 +874,23 @@ fn active_health_defaults_and_every_rule() {
     )])
     .is_empty());
 }
+
+#[test]
+fn upstream_settings_serialize_round_trip() {
+    let c = load(&with(&[
+        (
+            "/clusters/api/endpoints",
+            json!(["10.0.0.1:80", {"address": "origin.internal:80", "weight": 5}]),
+        ),
+        ("/clusters/api/resolve_ms", json!(2000)),
+        ("/clusters/api/health/passive", json!(null)),
+        (
+            &format!("{C}/health/active"),
+            json!({"path": "/h", "expect_status": [204]}),
+        ),
+    ]))
+    .unwrap();
+    let again = load(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(c, again);
+    assert_eq!(again.clusters["api"].health.passive, None);
+}
