@@ -18,6 +18,7 @@ mod io;
 mod limits;
 mod load;
 mod model;
+mod upstream;
 mod validate;
 mod via;
 
@@ -34,5 +35,6 @@ pub use model::{
     Listener, RateLimit, Waf, DEFAULT_WAF_STATUS, MAX_RATE_LIMIT_TOKENS, MAX_RATE_LIMIT_WINDOW_MS,
     MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, WAF_STATUSES,
 };
+pub use upstream::*;
 pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};
 pub use via::{Via, DEFAULT_VIA, MAX_VIA_BYTES};

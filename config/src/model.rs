@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::filter::RequestFilter;
 use crate::limits::Limits;
 use crate::via::Via;
+use crate::upstream::{default_retries, Endpoint, Health};
 
 /// The whole config document.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -160,22 +161,34 @@ pub struct Waf {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
-    /// Origin addresses; non-empty and unique.
-    pub endpoints: Vec<SocketAddr>,
+    /// Origin addresses or names, with weights; non-empty and unique.
+    pub endpoints: Vec<Endpoint>,
     /// How a request picks an endpoint.
     #[serde(default)]
     pub lb: Lb,
+    /// Passive and active health checks.
+    #[serde(default)]
+    pub health: Health,
+    /// Further tries on another endpoint after a failure that is safe to retry.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// Re-resolve named endpoints this often; `None` resolves at load only.
+    #[serde(default)]
+    pub resolve_ms: Option<u64>,
 }
 
 /// Load-balancing policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Lb {
-    /// Each shard cycles through the endpoints in order.
+    /// Smooth weighted round robin, per shard: with equal weights each shard
+    /// cycles through the endpoints in order.
     #[default]
     RoundRobin,
     /// Hash of the client identity (IPv4 /32, IPv6 /64) picks the endpoint.
     SourceIp,
+    /// The endpoint with the fewest requests in flight on this shard, per weight.
+    LeastConn,
 }
 
 impl Config {

@@ -510,44 +510,6 @@ impl Validator<'_> {
         }
     }
 
-    fn clusters(&mut self) {
-        for (name, cluster) in &self.config.clusters {
-            let path = format!("clusters.{name}");
-            if !is_cluster_name(name) {
-                self.err(
-                    &path,
-                    format!(
-                        "cluster names must be 1 to {MAX_CLUSTER_NAME_BYTES} characters from A-Z a-z 0-9 _ . -"
-                    ),
-                );
-            }
-            if cluster.endpoints.is_empty() {
-                self.err(
-                    format!("{path}.endpoints"),
-                    "must list at least one endpoint",
-                );
-            }
-            let mut seen: HashMap<SocketAddr, usize> = HashMap::new();
-            for (i, ep) in cluster.endpoints.iter().enumerate() {
-                let p = format!("{path}.endpoints[{i}]");
-                if ep.port() == 0 {
-                    self.err(&p, format!("{ep}: port 0 cannot be connected to"));
-                }
-                if ep.ip().is_unspecified() {
-                    self.err(
-                        &p,
-                        format!("{ep}: {} is not a destination address", ep.ip()),
-                    );
-                }
-                if let Some(&first) = seen.get(ep) {
-                    self.err(&p, format!("{ep} is already endpoints[{first}]"));
-                } else {
-                    seen.insert(*ep, i);
-                }
-            }
-        }
-    }
-
     fn limits(&mut self) {
         let l = &self.config.limits;
         self.range(
@@ -583,6 +545,10 @@ impl Validator<'_> {
             ("upstream_connect_timeout_ms", l.upstream_connect_timeout_ms),
             ("upstream_header_timeout_ms", l.upstream_header_timeout_ms),
             ("upstream_idle_timeout_ms", l.upstream_idle_timeout_ms),
+            (
+                "upstream_pool_idle_timeout_ms",
+                l.upstream_pool_idle_timeout_ms,
+            ),
             ("drain_timeout_ms", l.drain_timeout_ms),
             ("proxy_protocol_timeout_ms", l.proxy_protocol_timeout_ms),
             ("tunnel_idle_timeout_ms", l.tunnel_idle_timeout_ms),
@@ -708,5 +674,6 @@ fn check_host(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+mod cluster;
 #[cfg(test)]
 mod tests;

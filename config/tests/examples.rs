@@ -33,7 +33,7 @@ fn demo_is_the_smallest_useful_config() {
     assert_eq!(c.listeners[0].http.cluster, "origin");
     assert_eq!(
         c.clusters["origin"].endpoints,
-        ["127.0.0.1:9000".parse().unwrap()]
+        [zgix_config::Endpoint::new("127.0.0.1:9000")]
     );
     assert_eq!(c.admin.unwrap().bind, "127.0.0.1:9901".parse().unwrap());
 }
@@ -49,6 +49,10 @@ fn edge_uses_every_feature() {
     assert!(l.http.conn_limit.is_some());
     assert!(l.http.waf.is_some());
     assert_eq!(c.clusters["api"].lb, Lb::SourceIp);
+    let web = &c.clusters["web"];
+    assert_eq!(web.lb, Lb::LeastConn);
+    assert_eq!(web.endpoints[2].weight, 2);
+    assert!(web.health.active.is_some() && web.health.passive.is_some());
     let kinds: Vec<&str> = l
         .http
         .request_filters

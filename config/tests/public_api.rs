@@ -68,12 +68,12 @@ fn validate_reports_every_problem() {
 
 #[test]
 fn type_errors_carry_path_and_position() {
-    let text = MINIMAL.replace(r#""lb": "round_robin""#, r#""lb": "least_conn""#);
+    let text = MINIMAL.replace(r#""lb": "round_robin""#, r#""lb": "random""#);
     let e = Config::from_json(&text).unwrap_err();
     assert_eq!(e.len(), 1);
     assert_eq!(e[0].path, "clusters.api.lb");
     assert_eq!(
         e[0].rule,
-        "unknown variant `least_conn`, expected `round_robin` or `source_ip` (line 3, column 94)"
+        "unknown variant `random`, expected one of `round_robin`, `source_ip`, `least_conn` (line 3, column 90)"
     );
 }

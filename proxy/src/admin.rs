@@ -68,7 +68,7 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
             response(
                 200,
                 "text/plain; version=0.0.4; charset=utf-8",
-                &rt.metrics.render(&names, &gauges),
+                &(rt.metrics.render(&names, &gauges) + &crate::upstream_metrics::render(rt)),
             )
         }
         b"/health" => response(200, "text/plain", "ok\n"),

@@ -6,10 +6,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use zgix_admission::{ConnTable, RateParams, RateTable, WafMatcher};
-use zgix_config::{Config, Lb};
+use zgix_config::{Active, Config, Lb, Target};
 
 use crate::filters::FiltersRt;
+use crate::health::{ClusterHealth, EndpointHealth};
 use crate::metrics::Metrics;
+use crate::resolve::AtomicAddr;
+use crate::upstream_metrics::UpstreamMetrics;
+
+/// Fixed keys hashing an endpoint's label into its rendezvous identity; the
+/// secret part of `source_ip` hashing is [`Runtime::hrw`], not this.
+const HRW_LABEL_KEYS: ahash::RandomState = ahash::RandomState::with_seeds(
+    0x6a09_e667_f3bc_c908, // fractional digits of sqrt(2), nothing up the sleeve
+    0xbb67_ae85_84ca_a73b,
+    0x3c6e_f372_fe94_f82b,
+    0xa54f_f53a_5f1d_36f1,
+);
 
 /// A listener as the request path needs it: indices instead of names, matchers built.
 pub struct ListenerRt {
@@ -52,6 +64,28 @@ pub struct ClusterRt {
     pub name: String,
     pub endpoints: Vec<usize>,
     pub lb: Lb,
+    /// Further tries on another endpoint (`clusters.NAME.retries`).
+    pub retries: u32,
+    /// The active check, if configured (run by `health::run_prober`).
+    pub active: Option<Active>,
+    /// Panic-mode flag.
+    pub health: ClusterHealth,
+}
+
+/// One endpoint slot: fixed at load for the life of the process, whether its
+/// address is a literal or a name that re-resolves (see `resolve.rs`).
+pub struct UpstreamRt {
+    /// Index into [`Runtime::clusters`].
+    pub cluster: usize,
+    pub target: Target,
+    /// The address as configured: the `endpoint` label of its metrics.
+    pub label: String,
+    pub weight: u32,
+    /// Identity of the endpoint for rendezvous hashing: a hash of its label,
+    /// so adding an endpoint does not change the others' keys.
+    pub hrw_key: u64,
+    pub addr: AtomicAddr,
+    pub health: EndpointHealth,
 }
 
 /// Millisecond limits turned into durations once.
@@ -62,6 +96,8 @@ pub struct Timeouts {
     pub upstream_connect: Duration,
     pub upstream_header: Duration,
     pub upstream_idle: Duration,
+    /// Lifetime of an idle pooled upstream connection.
+    pub upstream_pool_idle: Duration,
     pub drain: Duration,
     pub proxy_protocol: Duration,
 }
@@ -72,8 +108,18 @@ pub struct Runtime {
     pub config: Config,
     pub listeners: Vec<ListenerRt>,
     pub clusters: Vec<ClusterRt>,
-    /// Every distinct endpoint of every cluster; the upstream pools index by it.
+    /// Every endpoint slot of every cluster, by cluster then position (an
+    /// endpoint listed in two clusters has two slots: health is per cluster),
+    /// with its address at load; the upstream pools index by it. Use
+    /// [`Runtime::upstreams`]`[ep].addr.get()` for the current address.
     pub endpoints: Vec<SocketAddr>,
+    /// Health, address and identity of each endpoint slot, same indices.
+    pub upstreams: Vec<UpstreamRt>,
+    /// Per-shard, per-endpoint counters (rendered by `upstream_metrics`).
+    pub upstream_stats: UpstreamMetrics,
+    /// Per-process random key of `source_ip` rendezvous hashing, so no client
+    /// can choose addresses that all land on one endpoint.
+    pub hrw: ahash::RandomState,
     pub timeouts: Timeouts,
     pub request_limits: zgix_parser::Limits,
     pub rate_table: RateTable,
@@ -93,27 +139,44 @@ impl Runtime {
     /// Builds the runtime from a config that has passed `validate()`.
     pub fn new(config: Config, shard_count: usize) -> Runtime {
         let l = &config.limits;
-        let mut endpoints: Vec<SocketAddr> = Vec::new();
+        let mut upstreams: Vec<UpstreamRt> = Vec::new();
         let mut clusters = Vec::new();
         let names: Vec<&String> = config.clusters.keys().collect();
-        for (name, c) in &config.clusters {
-            let eps = c
-                .endpoints
-                .iter()
-                .map(|ep| match endpoints.iter().position(|e| e == ep) {
-                    Some(i) => i,
-                    None => {
-                        endpoints.push(*ep);
-                        endpoints.len() - 1
-                    }
-                })
-                .collect();
+        let trial_ms = l.upstream_connect_timeout_ms + l.upstream_header_timeout_ms;
+        for (ci, (name, c)) in config.clusters.iter().enumerate() {
+            let first = upstreams.len();
+            for ep in &c.endpoints {
+                let target = ep.target().expect("validated: endpoint parses");
+                upstreams.push(UpstreamRt {
+                    cluster: ci,
+                    addr: AtomicAddr::new(match &target {
+                        Target::Ip(a) => Some(*a),
+                        Target::Name { .. } => None,
+                    }),
+                    hrw_key: HRW_LABEL_KEYS.hash_one(ep.address.as_str()),
+                    target,
+                    label: ep.address.clone(),
+                    weight: ep.weight,
+                    health: EndpointHealth::new(c.health.passive, trial_ms),
+                });
+            }
             clusters.push(ClusterRt {
                 name: name.clone(),
-                endpoints: eps,
+                endpoints: (first..upstreams.len()).collect(),
                 lb: c.lb,
+                retries: c.retries,
+                active: c.health.active.clone(),
+                health: ClusterHealth::default(),
             });
         }
+        let endpoints = upstreams
+            .iter()
+            .map(|u| match &u.target {
+                Target::Ip(a) => *a,
+                // Replaced once resolved; connecting to it fails fast.
+                Target::Name { port, .. } => SocketAddr::from(([0, 0, 0, 0], *port)),
+            })
+            .collect();
         let listeners = config
             .listeners
             .iter()
@@ -158,6 +221,7 @@ impl Runtime {
             upstream_connect: ms(l.upstream_connect_timeout_ms),
             upstream_header: ms(l.upstream_header_timeout_ms),
             upstream_idle: ms(l.upstream_idle_timeout_ms),
+            upstream_pool_idle: ms(l.upstream_pool_idle_timeout_ms),
             drain: ms(l.drain_timeout_ms),
             proxy_protocol: ms(l.proxy_protocol_timeout_ms),
         };
@@ -168,18 +232,42 @@ impl Runtime {
             max_body: l.max_request_body,
         };
         let metrics = Arc::new(Metrics::new(shard_count, listeners.len()));
-        Runtime {
+        let upstream_stats = UpstreamMetrics::new(shard_count, upstreams.len(), clusters.len());
+        let mut rt = Runtime {
             rate_table: RateTable::new(l.rate_limit_entries),
             conn_table: ConnTable::new(l.conn_limit_entries),
             listeners,
             clusters,
             endpoints,
+            upstreams,
+            upstream_stats,
+            hrw: ahash::RandomState::new(),
             timeouts,
             request_limits,
             metrics,
             draining: AtomicBool::new(false),
             max_connections: config.limits.max_connections_for(nofile_limit()),
             config,
+        };
+        rt.resolve_at_load();
+        rt
+    }
+
+    /// Resolves every named endpoint once, before any shard starts (blocking
+    /// lookups are fine here). A name that does not resolve is reported and
+    /// stays down until the resolver thread resolves it.
+    fn resolve_at_load(&mut self) {
+        for slot in 0..self.upstreams.len() {
+            if !matches!(self.upstreams[slot].target, Target::Name { .. }) {
+                continue;
+            }
+            if let Some(line) = crate::resolve::refresh(self, slot) {
+                eprintln!("zgix: {line}");
+            }
+            match self.upstreams[slot].addr.get() {
+                Some(a) => self.endpoints[slot] = a,
+                None => self.upstreams[slot].health.set_unresolved(true),
+            }
         }
     }
 

@@ -19,6 +19,7 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     let signals = TermSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let rt = Arc::new(Runtime::new(config, cpus.len()));
+    let _resolver = crate::resolve::spawn_resolver(rt.clone());
     let live = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = mpsc::channel::<BindReport>();
 

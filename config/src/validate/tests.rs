@@ -89,7 +89,11 @@ fn minimal_config_gets_every_default() {
     assert_eq!(c.limits.upstream_connect_timeout_ms, 3_000);
     assert_eq!(c.limits.upstream_header_timeout_ms, 30_000);
     assert_eq!(c.limits.upstream_idle_timeout_ms, 60_000);
-    assert_eq!(c.limits.upstream_pool_idle_per_endpoint, 64);
+    assert_eq!(c.limits.upstream_pool_idle_per_endpoint, 1024);
+    assert_eq!(c.limits.upstream_pool_idle_timeout_ms, 60_000);
+    assert_eq!(api.health, crate::upstream::Health::default());
+    assert_eq!(api.retries, 1);
+    assert_eq!(api.resolve_ms, None);
     assert_eq!(c.limits.drain_timeout_ms, 10_000);
     assert_eq!(c.limits.proxy_protocol_timeout_ms, 3_000);
     assert_eq!(c.limits.busy_poll_us, 500);
@@ -134,7 +138,7 @@ fn unknown_fields_are_named_by_path() {
         ("/listeners/0/http/rate_limit", json!({"requests": 1, "window_ms": 1, "burst": 1, "key": "ip"}), "listeners[0].http.rate_limit.key: unknown field `key`, expected one of `requests`, `window_ms`, `burst`"),
         ("/listeners/0/http/conn_limit", json!({"max": 1, "min": 0}), "listeners[0].http.conn_limit.min: unknown field `min`, expected `max`"),
         ("/listeners/0/http/waf", json!({"deny": ["a"], "body": true}), "listeners[0].http.waf.body: unknown field `body`, expected `deny` or `status`"),
-        ("/clusters/api/weight", json!(1), "clusters.api.weight: unknown field `weight`, expected `endpoints` or `lb`"),
+        ("/clusters/api/weight", json!(1), "clusters.api.weight: unknown field `weight`, expected one of `endpoints`, `lb`, `health`, `retries`, `resolve_ms`"),
         ("/limits/bogus", json!(1), "limits.bogus: unknown field `bogus`"),
         (F, json!([{"action": {"allow": {}}, "when": 1}]), "listeners[0].http.request_filters[0].when: unknown field `when`, expected one of `name`, `match`, `action`"),
         (F, json!([{"match": {"query": 1}, "action": {"allow": {}}}]), "listeners[0].http.request_filters[0].match.query: unknown field `query`, expected one of `methods`, `hosts`, `path`, `headers`, `clients`"),
@@ -405,6 +409,7 @@ fn limits_bounds_both_sides() {
         ("upstream_connect_timeout_ms", 1, 3_600_000),
         ("upstream_header_timeout_ms", 1, 3_600_000),
         ("upstream_idle_timeout_ms", 1, 3_600_000),
+        ("upstream_pool_idle_timeout_ms", 1, 3_600_000),
         ("drain_timeout_ms", 1, 3_600_000),
         ("proxy_protocol_timeout_ms", 1, 3_600_000),
         ("upstream_pool_idle_per_endpoint", 0, 65_536),
@@ -755,3 +760,4 @@ fn filter_paths_are_in_decoded_form() {
     );
     filter(m("/caf%C3%A9/%20/%3f"), &[]);
 }
+mod cluster;
