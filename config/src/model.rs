@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::RequestFilter;
 use crate::limits::Limits;
-use crate::via::Via;
 use crate::upstream::{default_retries, Endpoint, Health};
+use crate::via::Via;
 
 /// The whole config document.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
