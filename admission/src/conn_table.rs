@@ -179,7 +179,7 @@ impl ConnTable {
     }
 
     /// Keys of every claimed slot (tests: no identity twice).
-    #[cfg(test)]
+    #[cfg(all(test, loom))]
     pub(crate) fn keys(&self) -> Vec<u128> {
         slot_table::keys(&self.slots)
     }

@@ -171,13 +171,13 @@ impl RateTable {
     }
 
     /// Keys of every claimed slot (tests: no identity twice).
-    #[cfg(test)]
+    #[cfg(all(test, loom))]
     pub(crate) fn keys(&self) -> Vec<u128> {
         slot_table::keys(&self.slots)
     }
 
     /// Microtokens in `id`'s bucket, without refilling (tests).
-    #[cfg(test)]
+    #[cfg(all(test, loom))]
     pub(crate) fn tokens_of(&self, id: ClientId) -> Option<u64> {
         slot_table::find(&self.geo, &self.slots, self.geo.place(id), id).map(|(_, c)| tokens(c))
     }

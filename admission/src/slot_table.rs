@@ -282,7 +282,7 @@ fn rival<S: Slot>(geo: &Geometry, slots: &[S], place: Place, id: u128, own: usiz
 
 /// Keys of the slots that hold an identity now, in slot order: for tests asserting that
 /// no identity holds two slots.
-#[cfg(test)]
+#[cfg(all(test, loom))]
 pub(crate) fn keys<S: Slot>(slots: &[S]) -> Vec<u128> {
     slots
         .iter()
