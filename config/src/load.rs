@@ -81,7 +81,14 @@ fn serde_error(path: String, e: &serde_json::Error) -> ConfigError {
             1,
         );
     }
-    let whole_document = path == "." || e.is_eof();
+    // A key serde could not read (a syntax error inside it) is a "?" segment: locate
+    // the error at the object holding it instead.
+    let path = match path.strip_suffix(".?") {
+        Some(object) => object.to_string(),
+        None if path == "?" => String::new(),
+        None => path,
+    };
+    let whole_document = path.is_empty() || path == "." || e.is_eof();
     ConfigError {
         path: if whole_document { String::new() } else { path },
         rule,

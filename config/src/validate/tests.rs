@@ -761,3 +761,14 @@ fn filter_paths_are_in_decoded_form() {
     filter(m("/caf%C3%A9/%20/%3f"), &[]);
 }
 mod cluster;
+
+#[test]
+fn an_unreadable_key_is_located_at_its_object() {
+    // Found by the config_load fuzz target: serde_path_to_error names a key it could
+    // not read "?", which is no path an operator can look up.
+    let e = deserialize("{\"list\u{0}eners\": []}").unwrap_err();
+    assert_eq!(e[0].path, "");
+    assert!(e[0].rule.starts_with("control character"), "{e:?}");
+    let e = deserialize("{\"listeners\": [{\"bi\u{1}nd\": 1}], \"clusters\": {}}").unwrap_err();
+    assert_eq!(e[0].path, "listeners[0]", "{e:?}");
+}
