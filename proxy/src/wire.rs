@@ -30,21 +30,6 @@ impl IpText {
     }
 }
 
-/// Writes the head zgix sends upstream into `out` (cleared first), without Via.
-///
-/// Kept for the connection engine until it passes the Via name: the same as
-/// [`write_request_head_via`] with `via` = `None`.
-pub fn write_request_head(
-    out: &mut Vec<u8>,
-    base: &[u8],
-    req: &RequestHead,
-    client: &IpText,
-    endpoint: SocketAddr,
-    edits: Option<(&FiltersRt, &Walk)>,
-) {
-    write_request_head_via(out, base, req, client, endpoint, edits, None);
-}
-
 /// Writes the head zgix sends upstream into `out` (cleared first).
 ///
 /// - The request line carries the canonical path (unreserved characters
@@ -133,26 +118,6 @@ pub fn write_request_head_via(
     out.extend_from_slice(b"\r\n");
     via_field(out, req.version, via);
     out.extend_from_slice(b"\r\n");
-}
-
-/// Writes the head zgix sends the client into `out` (cleared first), without
-/// Via: [`write_response_head_via`] with `via` = `None`, kept for the
-/// connection engine until it passes the Via name.
-pub fn write_response_head(
-    out: &mut Vec<u8>,
-    base: &[u8],
-    resp: &ResponseHead,
-    client_keep: bool,
-    client_http10: bool,
-    dechunk: bool,
-    edits: Option<(&FiltersRt, &Walk)>,
-) {
-    let framing = ClientFraming {
-        keep: client_keep,
-        http10: client_http10,
-        dechunk,
-    };
-    write_response_head_via(out, base, resp, framing, edits, None);
 }
 
 /// How the response head must frame the exchange with the client.

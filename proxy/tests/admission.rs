@@ -1071,6 +1071,8 @@ fn metrics_pass_promtool_after_every_kind_of_traffic() {
     );
     let resp = held.request(&get_req("/status/404"));
     assert_eq!(resp.status, 404, "{}", resp.show());
+    // The 503 spent no token, so the burst of 3 has one left.
+    assert_ok(&mut held, &get_req("/"));
     expect_429(&mut held, &get_req("/"));
     // WAF hit from another identity.
     expect_refusal(
@@ -1149,4 +1151,79 @@ fn metrics_pass_promtool_after_every_kind_of_traffic() {
         "promtool check metrics: {status}\nstdout:\n{out}\nstderr:\n{err}\nmetrics:\n{text}"
     );
     drop(held_many);
+}
+
+#[test]
+fn a_503_from_the_conn_limit_spends_no_token() {
+    // "Where the token bucket answers too many requests, this answers too many
+    // sockets, and the two are independent."
+    let origin = Origin::start();
+    let zgix = start(
+        &origin,
+        &[listener(&format!("{},{}", rate(2), conn_limit(1)))],
+        "",
+    );
+    let mut held = Client::connect(zgix.addr());
+    assert_ok(&mut held, &get_req("/"));
+    for _ in 0..3 {
+        expect_refusal(
+            &mut Client::connect(zgix.addr()),
+            &get_req("/"),
+            503,
+            "Service Unavailable",
+        );
+    }
+    // Three 503s later the burst of 2 still has its second token.
+    assert_ok(&mut held, &get_req("/"));
+    expect_429(&mut held, &get_req("/"));
+    let m = scrape(&zgix);
+    assert_eq!(m.value("zgix_l7_conn_limited"), 3.0);
+    assert_eq!(m.value("zgix_l7_rate_limited"), 1.0);
+}
+
+#[test]
+fn a_429_leaves_no_connection_counted() {
+    let origin = Origin::start();
+    let zgix = start(
+        &origin,
+        &[listener(&format!("{},{}", rate(1), conn_limit(1)))],
+        "",
+    );
+    let mut c = Client::connect(zgix.addr());
+    assert_ok(&mut c, &get_req("/"));
+    expect_429(&mut c, &get_req("/"));
+    drop(c);
+    // The 429 closed the connection, and its conn-limit count went with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let m = scrape(&zgix);
+        if m.value("zgix_table_slots_in_use{table=\"conn\"}") == 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "conn slot still held:\n{}",
+            m.text
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_chunked_body_outgrowing_max_request_body_gives_its_token_back() {
+    // "Malformed or oversized requests are answered before this check": for a
+    // body whose size no head announces, the 413 comes mid-body, after the
+    // check, so the token it took is given back.
+    let origin = Origin::start();
+    let zgix = start(&origin, &[listener(&rate(1))], "\"max_request_body\":16");
+    let mut c = Client::connect(zgix.addr());
+    let _ = c.try_send(
+        b"POST / HTTP/1.1\r\nHost: test.local\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n0123456789abcdef0123456789abcdef\r\n0\r\n\r\n",
+    );
+    let resp = c.read_response();
+    assert_eq!(resp.status, 413, "{}", resp.show());
+    // The burst of 1 is whole again: one request passes, the next is limited.
+    let mut d = Client::connect(zgix.addr());
+    assert_ok(&mut d, &get_req("/"));
+    expect_429(&mut d, &get_req("/"));
 }

@@ -125,3 +125,49 @@ fn malformed_chunk_extensions_are_400_and_never_reach_the_origin() {
     assert_bytes(&resp.body, b"ab");
     health_check(z.addr());
 }
+
+/// zgix with `top` (e.g. `"via":"edge-1"`) spliced into the top-level object.
+fn start_top(origin: &Origin, top: &str) -> Zgix {
+    Zgix::start_json(&format!(
+        r#"{{{top}"listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+        origin.addr()
+    ))
+}
+
+#[test]
+fn via_is_added_to_forwarded_requests_and_responses_after_existing_entries() {
+    // RFC 9110 §7.6.3: a proxy MUST send Via, appended to what came before.
+    let origin = Origin::start();
+    let zgix = start_top(&origin, r#""via":"edge-1","#);
+    let mut c = Client::connect(zgix.addr());
+    let resp = c.request(b"GET / HTTP/1.1\r\nHost: t\r\nVia: 1.0 upstream-cdn\r\n\r\n");
+    assert_eq!(resp.status, 200, "{}", resp.show());
+    assert_eq!(
+        resp.fields_named("via"),
+        vec!["1.1 edge-1"],
+        "{}",
+        resp.show()
+    );
+    let head = String::from_utf8_lossy(&origin.only_request().head).into_owned();
+    let vias: Vec<&str> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("via:"))
+        .collect();
+    assert_eq!(
+        vias,
+        vec!["Via: 1.0 upstream-cdn", "Via: 1.1 edge-1"],
+        "{head}"
+    );
+}
+
+#[test]
+fn via_false_adds_nothing() {
+    let origin = Origin::start();
+    let zgix = start_top(&origin, r#""via":false,"#);
+    let mut c = Client::connect(zgix.addr());
+    let resp = c.get("/");
+    assert!(resp.field("via").is_none(), "{}", resp.show());
+    let head = String::from_utf8_lossy(&origin.only_request().head).into_owned();
+    assert!(!head.to_ascii_lowercase().contains("\nvia:"), "{head}");
+}

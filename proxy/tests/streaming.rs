@@ -107,7 +107,13 @@ fn large_chunked_upload_is_streamed() {
     let resp = client.read_response();
     assert_eq!(resp.status, 200, "{}", resp.show());
     assert_bytes(&resp.body, (CHUNK * CHUNKS).to_string().as_bytes());
+    // Re-encoded on the way (chunk boundaries follow zgix's reads), so the
+    // origin's framing is at least the data plus one last chunk.
     let got = origin.only_request();
-    assert_eq!(got.body_len, (chunk.len() * CHUNKS + 5) as u64);
+    assert!(
+        got.body_len >= (CHUNK * CHUNKS + 5) as u64,
+        "{}",
+        got.body_len
+    );
     assert_flat_memory(&zgix, "64 MiB chunked upload");
 }

@@ -7,6 +7,15 @@ use super::{Conn, Next};
 use crate::filters::Verdict;
 
 impl Conn {
+    /// Gives back the token this request took from its client's bucket, if
+    /// it took one (a 503 from the connection limit; a 413 once a chunked
+    /// body outgrew `max_request_body`, whose size no check could know).
+    pub(super) fn refund_token(&mut self) {
+        if let Some(p) = self.token.take() {
+            self.shard.rt.rate_table.refund(self.id, p);
+        }
+    }
+
     /// Admission, then forwarding. The order is the spec's: a malformed head was
     /// refused before this point (no token spent); then rate limit, connection
     /// limit, WAF, and only then routing.
@@ -16,13 +25,14 @@ impl Conn {
         let lst = &rt.listeners[self.li];
         let c = &shard.counters;
         let t0 = shard.driver.now();
+        self.token = None;
 
         if let Some(p) = lst.rate_limit {
             match rt
                 .rate_table
                 .check(self.id, p, zgix_admission::monotonic_ns_at(t0))
             {
-                RateDecision::Allowed => {}
+                RateDecision::Allowed => self.token = Some(p),
                 RateDecision::TableFull => c.rate_limit_full.inc(),
                 RateDecision::Limited { retry_after_secs } => {
                     c.rate_limited.inc();
@@ -44,6 +54,9 @@ impl Conn {
                     }
                     ConnDecision::Limited => {
                         c.conn_limited.inc();
+                        // The two controls are independent: a request the
+                        // connection limit refuses spends no token.
+                        self.refund_token();
                         self.refuse(503, None).await;
                         return Next::Close;
                     }

@@ -26,6 +26,8 @@ pub(super) struct Upload<'a> {
     pub cstart: &'a mut usize,
     pub cend: &'a mut usize,
     pub chunked: &'a mut ChunkedDecoder,
+    /// The chunked body re-encoded without extensions or trailers.
+    pub rechunked: &'a mut Vec<u8>,
     pub body: BodyKind,
     /// Body bytes already sent with the head.
     pub done: u64,
@@ -67,31 +69,28 @@ impl Upload<'_> {
                     }
                 }
                 BodyKind::Chunked => {
+                    // RFC 9112 §7.1.1: zgix interprets no chunk extension, so
+                    // the origin gets the body re-encoded without any (and
+                    // without trailers): no extension parser of the origin's
+                    // can disagree with zgix's.
                     *self.chunked = ChunkedDecoder::new(self.shard.rt.request_limits.max_body);
+                    let want = cbuf.len() + zgix_parser::RECHUNK_SLACK;
+                    if self.rechunked.capacity() < want {
+                        self.rechunked.reserve_exact(want);
+                    }
                     loop {
-                        let from = pos;
-                        let mut done = false;
-                        while pos < cend {
-                            let p = self
-                                .chunked
-                                .feed(&cbuf[pos..cend])
+                        self.rechunked.clear();
+                        let r =
+                            zgix_parser::rechunk(self.chunked, &cbuf[pos..cend], self.rechunked)
                                 .map_err(Fail::ClientBad)?;
-                            pos += p.consumed;
-                            if p.done {
-                                done = true;
-                                break;
-                            }
-                            if p.consumed == 0 {
-                                break;
-                            }
-                        }
-                        if pos > from {
+                        pos += r.consumed;
+                        if !self.rechunked.is_empty() {
                             self.up
-                                .write_all(&cbuf[from..pos])
+                                .write_all(self.rechunked)
                                 .await
                                 .map_err(|e| upstream_io(&e))?;
                         }
-                        if done {
+                        if r.done {
                             break;
                         }
                         let rest = cend - pos;
@@ -154,6 +153,8 @@ pub(super) struct Download<'a> {
     /// Whether the request body is all read (else the client connection
     /// closes after this answer, and the head says so).
     pub body_read: &'a std::cell::Cell<bool>,
+    /// zgix's Via name, or `None` when turned off.
+    pub via: Option<&'a [u8]>,
 }
 
 impl Download<'_> {
@@ -198,7 +199,7 @@ impl Download<'_> {
                         }
                         let hl = self.resp.head_len;
                         if self.req.version == Version::Http11 {
-                            write_interim_head(self.out, base, self.resp, &[]);
+                            wire::write_interim_head(self.out, base, self.resp, self.via);
                             *self.sent = true;
                             self.client
                                 .write_all(self.out)
@@ -261,8 +262,11 @@ impl Download<'_> {
         let Some(upgrade) = upgrade else {
             return Err(Fail::Upstream(UpstreamError::BadResponse));
         };
-        let extra: [&[u8]; 3] = [b"Connection: upgrade\r\nUpgrade: ", upgrade, b"\r\n"];
-        write_interim_head(self.out, base, self.resp, &extra);
+        wire::write_interim_head(self.out, base, self.resp, self.via);
+        super::append_fields(
+            self.out,
+            &[b"Connection: upgrade\r\nUpgrade: ", upgrade, b"\r\n"],
+        );
         *self.ustart += self.resp.head_len;
         self.shard.counters.response(self.li, 101);
         *self.sent = true;
@@ -288,14 +292,17 @@ impl Download<'_> {
             && !dechunk;
         {
             let base = &self.ubuf[*self.ustart..*self.uend];
-            wire::write_response_head(
+            wire::write_response_head_via(
                 self.out,
                 base,
                 self.resp,
-                client_keep,
-                http10,
-                dechunk,
+                wire::ClientFraming {
+                    keep: client_keep,
+                    http10,
+                    dechunk,
+                },
                 (self.filtered && self.walk.edits_response).then_some((filters, self.walk)),
+                self.via,
             );
         }
         let mut pos = *self.ustart + self.resp.head_len;
@@ -451,30 +458,4 @@ impl Download<'_> {
             .await
             .map_err(|_| Fail::ClientGone)
     }
-}
-
-/// Writes an interim (1xx) head for the client into `out`: the status line,
-/// the origin's fields minus hop-by-hop ones (RFC 9110 §7.6.1), then `extra`.
-fn write_interim_head(out: &mut Vec<u8>, base: &[u8], resp: &ResponseHead, extra: &[&[u8]]) {
-    use std::io::Write as _;
-    out.clear();
-    let _ = write!(out, "HTTP/1.1 {} ", resp.status);
-    out.extend_from_slice(resp.reason.get(base));
-    out.extend_from_slice(b"\r\n");
-    for h in resp.headers.iter() {
-        if matches!(
-            h.kind,
-            zgix_parser::HeaderKind::Connection | zgix_parser::HeaderKind::HopByHop
-        ) {
-            continue;
-        }
-        out.extend_from_slice(h.name.get(base));
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value.get(base));
-        out.extend_from_slice(b"\r\n");
-    }
-    for e in extra {
-        out.extend_from_slice(e);
-    }
-    out.extend_from_slice(b"\r\n");
 }

@@ -38,7 +38,7 @@ fn upgrade_request<'a>(req: &RequestHead, base: &'a [u8]) -> Option<&'a [u8]> {
 }
 
 /// Appends fields to a head `wire` wrote (it ends with the empty line).
-fn append_fields(out: &mut Vec<u8>, fields: &[&[u8]]) {
+pub(super) fn append_fields(out: &mut Vec<u8>, fields: &[&[u8]]) {
     debug_assert!(out.ends_with(b"\r\n\r\n"));
     out.truncate(out.len() - 2);
     for f in fields {
@@ -61,7 +61,16 @@ impl Conn {
         let upgrade = upgrade_request(&x.req, base).is_some();
         {
             let edits = filtered.then_some((filters, &x.walk));
-            wire::write_request_head(&mut x.out, base, &x.req, &ip_text, rt.endpoints[ep], edits);
+            let via = rt.config.via.name().map(str::as_bytes);
+            wire::write_request_head_via(
+                &mut x.out,
+                base,
+                &x.req,
+                &ip_text,
+                rt.endpoints[ep],
+                edits,
+                via,
+            );
             // Expect goes to the origin, which may refuse before the body
             // comes (RFC 9110 §10.1.1); the client gets its 100 or its answer.
             if x.req.expect_continue {
@@ -204,6 +213,7 @@ impl Conn {
             cstart: &mut x.cstart,
             cend: &mut x.cend,
             chunked: &mut x.req_chunked,
+            rechunked: &mut x.body_out,
             body,
             done: coalesced,
             shard: &shard,
@@ -227,6 +237,7 @@ impl Conn {
             reused,
             sent,
             body_read: &finished,
+            via: shard.rt.config.via.name().map(str::as_bytes),
         };
         let mut up_fut = pin!(upload.run());
         let mut down_fut = pin!(download.run());
@@ -263,7 +274,12 @@ impl Conn {
                 }
             }
             Fail::ClientGone => return Next::Close,
-            Fail::ClientBad(e) => status_for(e),
+            Fail::ClientBad(e) => {
+                if e == zgix_parser::ParseError::BodyTooLarge {
+                    self.refund_token();
+                }
+                status_for(e)
+            }
         };
         if !self.sent {
             self.refuse(status, None).await;

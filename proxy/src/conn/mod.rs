@@ -18,6 +18,8 @@ mod forward;
 mod head;
 mod tunnel;
 
+use forward::append_fields;
+
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -74,6 +76,8 @@ pub struct Exchange {
     resp: ResponseHead,
     req_chunked: ChunkedDecoder,
     resp_chunked: ChunkedDecoder,
+    /// A chunked request body re-encoded for the origin (sized on first use).
+    body_out: Vec<u8>,
     walk: Walk,
 }
 
@@ -93,6 +97,7 @@ impl Exchange {
             resp: ResponseHead::new(rt.response_max_headers()),
             req_chunked: ChunkedDecoder::new(u64::MAX),
             resp_chunked: ChunkedDecoder::new(u64::MAX),
+            body_out: Vec::new(),
             walk: rt.listeners[li]
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
@@ -182,6 +187,8 @@ pub struct Conn {
     sent: bool,
     /// The current request's state; `None` while idle.
     x: Option<Box<Exchange>>,
+    /// The rate limit's parameters when the current request took a token.
+    token: Option<zgix_admission::RateParams>,
 }
 
 /// Serves one accepted connection to its end.
@@ -211,6 +218,7 @@ impl Conn {
             conn_checked: false,
             sent: false,
             x: None,
+            token: None,
             shard,
         }
     }

@@ -1155,7 +1155,7 @@ impl Zgix {
     /// Starts zgix on a raw JSON document and waits for its `ready` line.
     #[track_caller]
     pub fn start_json(json: &str) -> Zgix {
-        let json = &with_test_driver(json);
+        let json = &with_test_defaults(json);
         let config = TempConfig::new(json);
         let mut child = Command::new(zgix_bin())
             .arg("--config")
@@ -1310,23 +1310,26 @@ impl Drop for Zgix {
     }
 }
 
-/// The socket driver the suite runs zgix on: `ZGIX_TEST_DRIVER` (`uring` or
-/// `epoll`, as CI sets it), written into every config that does not choose
-/// one itself. Unset, zgix's default applies.
-pub fn with_test_driver(json: &str) -> String {
-    let Ok(driver) = std::env::var("ZGIX_TEST_DRIVER") else {
-        return json.to_string();
-    };
+/// What every config of the suite gets unless it says otherwise:
+/// - `"via": false`, so the many tests that compare forwarded heads byte for
+///   byte see only what they are about (the Via tests set `via` themselves);
+/// - the socket driver `ZGIX_TEST_DRIVER` (`uring` or `epoll`, as CI sets it);
+///   unset, zgix's default applies.
+pub fn with_test_defaults(json: &str) -> String {
     let Ok(mut v) = serde_json::from_str::<serde_json::Value>(json) else {
         return json.to_string();
     };
+    let driver = std::env::var("ZGIX_TEST_DRIVER").ok();
     if let Some(obj) = v.as_object_mut() {
-        let io = obj
-            .entry("io")
-            .or_insert_with(|| serde_json::Value::Object(Default::default()));
-        if let Some(io) = io.as_object_mut() {
-            io.entry("driver")
-                .or_insert(serde_json::Value::String(driver));
+        obj.entry("via").or_insert(serde_json::Value::Bool(false));
+        if let Some(driver) = driver {
+            let io = obj
+                .entry("io")
+                .or_insert_with(|| serde_json::Value::Object(Default::default()));
+            if let Some(io) = io.as_object_mut() {
+                io.entry("driver")
+                    .or_insert(serde_json::Value::String(driver));
+            }
         }
     }
     v.to_string()
