@@ -396,9 +396,18 @@ mod tests {
     #[test]
     fn weights_are_honoured_within_10_percent_over_1000_picks() {
         let eps = r#"["127.0.0.1:1", {"address": "127.0.0.1:2", "weight": 3}, {"address": "127.0.0.1:3", "weight": 6}]"#;
-        for lb in ["round_robin", "least_conn", "source_ip"] {
-            let n = counts(&runtime(eps, lb), 1000);
-            for (got, want) in n.iter().zip([100, 300, 600]) {
+        // Round robin and least_conn are exact over 1000 picks. Rendezvous
+        // hashing is keyed per process at random, so its shares are binomial:
+        // over 20,000 identities 10 % of the smallest share (2,000) is about
+        // five standard deviations, so the check cannot fail by chance.
+        for (lb, picks) in [
+            ("round_robin", 1000),
+            ("least_conn", 1000),
+            ("source_ip", 20_000),
+        ] {
+            let n = counts(&runtime(eps, lb), picks);
+            let k = picks / 1000;
+            for (got, want) in n.iter().zip([100 * k, 300 * k, 600 * k]) {
                 assert!(within_10_percent(*got, want), "{lb}: {n:?}");
             }
         }
