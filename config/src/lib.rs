@@ -17,6 +17,7 @@ mod filter;
 mod limits;
 mod load;
 mod model;
+mod observe;
 mod validate;
 
 pub use error::ConfigError;
@@ -27,7 +28,9 @@ pub use filter::{
 };
 pub use limits::*;
 pub use model::{
-    default_waf_status, Admin, ClientFilter, Cluster, Config, ConnLimit, HttpListener, Lb,
+    default_waf_status, AccessLog, AccessLogFormat, ServerHeader, DEFAULT_ACCESS_LOG_BUFFER_BYTES,
+    DEFAULT_SERVER_HEADER, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES,
+    MIN_ACCESS_LOG_BUFFER_BYTES, Admin, ClientFilter, Cluster, Config, ConnLimit, HttpListener, Lb,
     Listener, RateLimit, Waf, DEFAULT_WAF_STATUS, MAX_RATE_LIMIT_TOKENS, MAX_RATE_LIMIT_WINDOW_MS,
     MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, WAF_STATUSES,
 };

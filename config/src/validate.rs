@@ -42,6 +42,7 @@ pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec
     v.listeners();
     v.clusters();
     v.limits();
+    v.observability();
     if v.errors.is_empty() {
         Ok(())
     } else {
@@ -651,5 +652,6 @@ fn check_host(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+mod observe;
 #[cfg(test)]
 mod tests;
