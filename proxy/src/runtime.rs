@@ -14,6 +14,10 @@ use crate::metrics::Metrics;
 /// A listener as the request path needs it: indices instead of names, matchers built.
 pub struct ListenerRt {
     pub index: usize,
+    /// `listeners[].name`, or the bind address: the `listener` label and log field.
+    pub name: String,
+    /// Whether this listener's requests go to the access log (when there is one).
+    pub access_log: bool,
     pub bind: SocketAddr,
     pub cluster: usize,
     pub proxy_protocol: bool,
@@ -81,6 +85,8 @@ pub struct Runtime {
     pub metrics: Arc<Metrics>,
     /// Set by the signal thread; shards poll it from their tick task.
     pub draining: AtomicBool,
+    /// The access log's rings and writer; started by `server::run`.
+    pub access_log: Option<crate::access_log::AccessLog>,
 }
 
 fn ms(v: u64) -> Duration {
@@ -112,6 +118,7 @@ impl Runtime {
                 lb: c.lb,
             });
         }
+        let mut listener_names = config.listener_names().into_iter();
         let listeners = config
             .listeners
             .iter()
@@ -120,6 +127,8 @@ impl Runtime {
                 let h = &lst.http;
                 ListenerRt {
                     index,
+                    name: listener_names.next().unwrap_or_default(),
+                    access_log: lst.access_log && config.access_log.is_some(),
                     bind: lst.bind,
                     cluster: names
                         .iter()
@@ -165,7 +174,7 @@ impl Runtime {
             max_headers: l.max_headers,
             max_body: l.max_request_body,
         };
-        let metrics = Arc::new(Metrics::new(shard_count, listeners.len()));
+        let metrics = Arc::new(Metrics::new(shard_count, listeners.len(), clusters.len()));
         Runtime {
             rate_table: RateTable::new(l.rate_limit_entries),
             conn_table: ConnTable::new(l.conn_limit_entries),
@@ -176,6 +185,7 @@ impl Runtime {
             request_limits,
             metrics,
             draining: AtomicBool::new(false),
+            access_log: None,
             config,
         }
     }

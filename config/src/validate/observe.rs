@@ -4,8 +4,7 @@ use std::collections::HashMap;
 
 use super::Validator;
 use crate::observe::{
-    ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES,
-    MIN_ACCESS_LOG_BUFFER_BYTES,
+    ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES, MIN_ACCESS_LOG_BUFFER_BYTES,
 };
 
 /// Longest `server_header` value; a product token and version, not a banner.
@@ -16,10 +15,7 @@ impl Validator<'_> {
         let config = self.config;
         if let Some(log) = &config.access_log {
             if log.path.is_empty() {
-                self.err(
-                    "access_log.path",
-                    "must not be empty; use \"-\" for stdout",
-                );
+                self.err("access_log.path", "must not be empty; use \"-\" for stdout");
             } else if log.path.contains('\0') {
                 self.err("access_log.path", "must not contain NUL");
             }
@@ -72,7 +68,10 @@ impl Validator<'_> {
                 );
             }
             if let Some(&first) = seen.get(name.as_str()) {
-                self.err(&path, format!("{name:?} is already listeners[{first}].name"));
+                self.err(
+                    &path,
+                    format!("{name:?} is already listeners[{first}].name"),
+                );
             } else {
                 seen.insert(name, i);
             }
