@@ -15,7 +15,9 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{assert_bytes, connect_from, escape, generated, Client, Origin, Zgix, OK_BODY};
+use support::{
+    assert_bytes, connect_from, escape, generated, unstamped, Client, Origin, Zgix, OK_BODY,
+};
 
 /// One token per hour: nothing refills while a test runs.
 const HOUR_MS: u64 = 3_600_000;

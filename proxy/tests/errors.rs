@@ -5,7 +5,7 @@ mod support;
 use std::net::TcpListener;
 
 use support::{
-    assert_bytes, assert_refusal, generated, health_check, Client, Config, Origin, Zgix,
+    assert_bytes, assert_refusal, generated, health_check, unstamped, Client, Config, Origin, Zgix,
 };
 
 /// An origin and a zgix in front of it.
