@@ -228,7 +228,8 @@ mod tests {
     fn every_day_round_trips_through_the_calendar() {
         // Walk 1970..2100 day by day against a naive day counter.
         let (mut y, mut m, mut d) = (1970u32, 1u32, 1u32);
-        let leap = |y: u32| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let leap =
+            |y: u32| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
         for day in 0..47_482u64 {
             let c = civil(day * 86_400 + 3_723);
             assert_eq!((c.year, c.month, c.day), (y, m, d), "day {day}");

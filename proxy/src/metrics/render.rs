@@ -9,6 +9,9 @@ use super::{
 };
 use crate::decision::CLASS_LABELS;
 
+/// Reads one counter of a shard.
+type CounterOf = fn(&ShardCounters) -> u64;
+
 /// Label values by index: listener names and cluster names.
 pub struct Labels<'a> {
     pub listeners: Vec<&'a str>,
@@ -114,7 +117,7 @@ impl Metrics {
         // `_total`, so each is exposed twice: under its exact name as
         // `untyped` (monotonic all the same: rate() works on it) and as the
         // conventional `<name>_total` counter.
-        let spec: [(&str, &str, fn(&ShardCounters) -> u64); 5] = [
+        let spec: [(&str, &str, CounterOf); 5] = [
             (
                 "zgix_l7_rate_limited",
                 "Requests answered 429 by the rate limit.",
