@@ -20,7 +20,7 @@ one, one the WAF denies, then a short load run), stops zgix with SIGTERM and
 checks that it exits 0. The zgix binary is --zgix, else $ZGIX_BIN, else `zgix`
 next to this executable (cargo build --release -p zgix -p zgix-bench puts it there).";
 
-/// How long zgix gets to print `zgix: ready`; shard start-up is milliseconds,
+/// How long zgix gets to log `server: ready`; shard start-up is milliseconds,
 /// the margin is for a loaded CI box.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long zgix gets to drain and exit after SIGTERM.
@@ -236,7 +236,8 @@ fn demo_config(origin: SocketAddr) -> serde_json::Value {
     })
 }
 
-/// Waits for `zgix: ready`, returning listener 0's address.
+/// Waits for zgix's `server: ready` log line, returning listener 0's address
+/// (from `server: listener 0 on ADDR ...`).
 fn wait_ready(rx: &mpsc::Receiver<String>, guard: &mut ChildGuard) -> Result<SocketAddr, String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut listener: Option<SocketAddr> = None;
@@ -244,15 +245,17 @@ fn wait_ready(rx: &mpsc::Receiver<String>, guard: &mut ChildGuard) -> Result<Soc
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok(line) => {
-                if let Some(rest) = line.strip_prefix("zgix: listener 0 on ") {
-                    let addr = rest.trim();
+                // `<timestamp> <level> server: <message>`
+                let msg = line.split_once(" server: ").map_or("", |(_, m)| m);
+                if let Some(rest) = msg.strip_prefix("listener 0 on ") {
+                    let addr = rest.split(' ').next().unwrap_or("");
                     listener = Some(
                         addr.parse()
                             .map_err(|e| format!("zgix printed listener address {addr:?}: {e}"))?,
                     );
-                } else if line.starts_with("zgix: ready") {
+                } else if msg.starts_with("ready") {
                     return listener.ok_or_else(|| {
-                        "zgix said ready without printing `zgix: listener 0 on ADDR`".into()
+                        "zgix said ready without logging `server: listener 0 on ADDR`".into()
                     });
                 }
             }
@@ -268,7 +271,7 @@ fn wait_ready(rx: &mpsc::Receiver<String>, guard: &mut ChildGuard) -> Result<Soc
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "zgix did not print `zgix: ready` within {READY_TIMEOUT:?}"
+                "zgix did not log `server: ready` within {READY_TIMEOUT:?}"
             ));
         }
     }

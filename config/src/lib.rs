@@ -18,6 +18,7 @@ mod io;
 mod limits;
 mod load;
 mod model;
+mod observe;
 mod upstream;
 mod validate;
 mod via;
@@ -31,9 +32,12 @@ pub use filter::{
 pub use io::*;
 pub use limits::*;
 pub use model::{
-    default_waf_status, Admin, ClientFilter, Cluster, Config, ConnLimit, HttpListener, Lb,
-    Listener, RateLimit, Waf, DEFAULT_WAF_STATUS, MAX_RATE_LIMIT_TOKENS, MAX_RATE_LIMIT_WINDOW_MS,
-    MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, WAF_STATUSES,
+    default_waf_status, AccessLog, AccessLogFormat, Admin, ClientFilter, Cluster, Config,
+    ConnLimit, HttpListener, Lb, Listener, RateLimit, ServerHeader, Waf,
+    DEFAULT_ACCESS_LOG_BUFFER_BYTES, DEFAULT_SERVER_HEADER, DEFAULT_WAF_STATUS,
+    MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES, MAX_RATE_LIMIT_TOKENS,
+    MAX_RATE_LIMIT_WINDOW_MS, MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, MIN_ACCESS_LOG_BUFFER_BYTES,
+    WAF_STATUSES,
 };
 pub use upstream::*;
 pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};

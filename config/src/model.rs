@@ -35,6 +35,13 @@ pub struct Config {
     /// The name in the Via field added to forwarded requests and responses, or off.
     #[serde(default)]
     pub via: Via,
+    /// One line per request; `None` (absent) turns the access log off.
+    #[serde(default)]
+    pub access_log: Option<AccessLog>,
+    /// The `Server` field on responses zgix writes itself: a product name, or
+    /// `false` for none. Absent means [`DEFAULT_SERVER_HEADER`].
+    #[serde(default)]
+    pub server_header: Option<ServerHeader>,
 }
 
 /// The admin endpoint (metrics, health).
@@ -60,6 +67,17 @@ pub struct Listener {
     pub clients: Option<ClientFilter>,
     /// HTTP/1.1 proxying settings.
     pub http: HttpListener,
+    /// Name in metric labels and log lines; absent means the bind address
+    /// (see [`Config::listener_names`]).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `false` keeps this listener's requests out of the access log.
+    #[serde(default = "default_true")]
+    pub access_log: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Listener-level CIDR filter on the client's address.
@@ -190,6 +208,12 @@ pub enum Lb {
     /// The endpoint with the fewest requests in flight on this shard, per weight.
     LeastConn,
 }
+
+pub use crate::observe::{
+    AccessLog, AccessLogFormat, ServerHeader, DEFAULT_ACCESS_LOG_BUFFER_BYTES,
+    DEFAULT_SERVER_HEADER, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES,
+    MIN_ACCESS_LOG_BUFFER_BYTES,
+};
 
 impl Config {
     /// The cluster named `name`, if any.

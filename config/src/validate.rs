@@ -46,6 +46,7 @@ pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec
     if let Err(rule) = config.via.check() {
         v.err("via", rule);
     }
+    v.observability();
     if v.errors.is_empty() {
         Ok(())
     } else {
@@ -675,5 +676,6 @@ fn check_host(host: &str) -> Result<(), String> {
 }
 
 mod cluster;
+mod observe;
 #[cfg(test)]
 mod tests;

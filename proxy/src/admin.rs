@@ -64,7 +64,10 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
                 conn_in_use: rt.conn_table.in_use(),
                 conn_capacity: rt.conn_table.capacity(),
             };
-            let names: Vec<String> = (0..rt.listeners.len()).map(|i| i.to_string()).collect();
+            let names = crate::metrics::Labels {
+                listeners: rt.listeners.iter().map(|l| l.name.as_str()).collect(),
+                clusters: rt.clusters.iter().map(|c| c.name.as_str()).collect(),
+            };
             response(
                 200,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -78,10 +81,14 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
 }
 
 fn response(status: u16, ctype: &str, body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        crate::respond::reason(status),
-        body.len()
-    )
-    .into_bytes()
+    let mut out = format!("HTTP/1.1 {status} {}\r\n", crate::respond::reason(status)).into_bytes();
+    crate::respond::write_stamp(&mut out, false, false);
+    out.extend_from_slice(
+        format!(
+            "content-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    out
 }

@@ -1,8 +1,10 @@
-//! Command-line interface: `zgix --config FILE`, `zgix --check --config FILE`, `--help`, `--version`.
+//! Command-line interface: `zgix --config FILE [--log-level LEVEL]`, `zgix --check --config FILE`, `--help`, `--version`.
 
 use std::path::PathBuf;
 
 use zgix_config::Config;
+
+use crate::log::Level;
 
 const USAGE: &str = "\
 zgix — thread-per-core io_uring HTTP/1.1 edge proxy
@@ -15,16 +17,20 @@ USAGE:
 OPTIONS:
     -c, --config FILE   JSON configuration (see docs/config.md)
     -t, --check         validate only (like nginx -t)
+    --log-level LEVEL   error, warn, info (default) or debug; debug adds
+                        client-triggered events (ZGIX_DEBUG=1 is the same
+                        as debug)
     -h, --help          this text
     -V, --version       print the version
 
 SIGNALS:
     SIGTERM, SIGINT     stop accepting, let in-flight requests finish within
                         limits.drain_timeout_ms, exit 0
+    SIGUSR1             reopen the access log file (after rotation)
 ";
 
 enum Mode {
-    Run(PathBuf),
+    Run(PathBuf, Option<Level>),
     Check(PathBuf),
     Help,
     Version,
@@ -33,6 +39,7 @@ enum Mode {
 fn parse_args(args: &[String]) -> Result<Mode, String> {
     let mut config = None;
     let mut check = false;
+    let mut level = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -46,9 +53,15 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
                     .ok_or_else(|| "--config needs a FILE".to_string())?;
                 config = Some(PathBuf::from(v));
             }
+            "--log-level" => {
+                i += 1;
+                level = Some(parse_level(args.get(i).map(String::as_str))?);
+            }
             other => {
                 if let Some(v) = other.strip_prefix("--config=") {
                     config = Some(PathBuf::from(v));
+                } else if let Some(v) = other.strip_prefix("--log-level=") {
+                    level = Some(parse_level(Some(v))?);
                 } else {
                     return Err(format!("unknown argument `{other}`"));
                 }
@@ -60,8 +73,13 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
     Ok(if check {
         Mode::Check(config)
     } else {
-        Mode::Run(config)
+        Mode::Run(config, level)
     })
+}
+
+fn parse_level(v: Option<&str>) -> Result<Level, String> {
+    let v = v.ok_or_else(|| "--log-level needs error, warn, info or debug".to_string())?;
+    Level::parse(v).ok_or_else(|| format!("--log-level: {v:?} is not error, warn, info or debug"))
 }
 
 /// Runs the command line; returns the process exit code.
@@ -100,20 +118,30 @@ pub fn main() -> i32 {
                 1
             }
         },
-        Mode::Run(path) => match Config::from_file(&path) {
-            Ok(cfg) => match crate::server::run(cfg) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("zgix: {e}");
+        Mode::Run(path, level) => {
+            crate::log::init(level);
+            let error =
+                |args: std::fmt::Arguments<'_>| crate::log::log(Level::Error, "config", args);
+            match Config::from_file(&path) {
+                Ok(cfg) => match crate::server::run(cfg) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        crate::log::log(Level::Error, "server", format_args!("{e}"));
+                        1
+                    }
+                },
+                Err(errors) => {
+                    for e in &errors {
+                        error(format_args!("{e}"));
+                    }
+                    error(format_args!(
+                        "configuration {} has {} error(s)",
+                        path.display(),
+                        errors.len()
+                    ));
                     1
                 }
-            },
-            Err(errors) => {
-                for e in &errors {
-                    eprintln!("zgix: {e}");
-                }
-                1
             }
-        },
+        }
     }
 }

@@ -36,6 +36,9 @@ enum ActionRt {
         status: u16,
         headers: Vec<u8>,
         body: Vec<u8>,
+        /// Whether `headers` already carries `date` / `server`.
+        has_date: bool,
+        has_server: bool,
     },
     RequestHeaders {
         set: Vec<(Vec<u8>, Vec<u8>)>,
@@ -54,6 +57,8 @@ enum ActionRt {
 }
 
 struct RuleRt {
+    /// `name`, for the access log's `filter:<name>` decision.
+    name: Option<String>,
     methods: Option<Vec<Vec<u8>>>,
     hosts: Option<Vec<Vec<u8>>>,
     path: Option<(bool, Vec<u8>)>,
@@ -155,10 +160,14 @@ impl FiltersRt {
                         for (k, v) in &r.headers {
                             let _ = write!(headers, "{k}: {v}\r\n");
                         }
+                        let has =
+                            |n: &str| r.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
                         ActionRt::Respond {
                             status: r.status,
                             headers,
                             body: r.body.as_bytes().to_vec(),
+                            has_date: has("date"),
+                            has_server: has("server"),
                         }
                     }
                     Action::RequestHeaders(h) => ActionRt::RequestHeaders {
@@ -180,6 +189,7 @@ impl FiltersRt {
                     Action::Route(r) => ActionRt::Route(cluster(&r.cluster)),
                 };
                 RuleRt {
+                    name: f.name.clone(),
                     methods: m
                         .methods
                         .as_ref()
@@ -215,6 +225,11 @@ impl FiltersRt {
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// Rule `i`'s `name`, if it has one.
+    pub fn rule_name(&self, i: u16) -> Option<&str> {
+        self.rules.get(i as usize)?.name.as_deref()
     }
 
     /// A [`Walk`] sized for this listener, made once per connection.
@@ -352,6 +367,7 @@ impl FiltersRt {
             (true, true) => b"connection: keep-alive\r\n",
             (true, false) => b"",
         };
+        let mut own = (false, false);
         let (status, location, headers, body): (u16, Option<&[u8]>, &[u8], &[u8]) =
             match &self.rules[i as usize].action {
                 ActionRt::Reject(s) => (*s, None, b"", b""),
@@ -360,7 +376,12 @@ impl FiltersRt {
                     status,
                     headers,
                     body,
-                } => (*status, None, headers, body),
+                    has_date,
+                    has_server,
+                } => {
+                    own = (*has_date, *has_server);
+                    (*status, None, headers, body)
+                }
                 _ => (500, None, b"", b""),
             };
         let _ = write!(
@@ -368,6 +389,7 @@ impl FiltersRt {
             "HTTP/1.1 {status} {}\r\n",
             crate::respond::reason(status)
         );
+        crate::respond::write_stamp(out, own.0, own.1);
         if let Some(l) = location {
             out.extend_from_slice(b"location: ");
             out.extend_from_slice(l);

@@ -249,9 +249,15 @@ impl ClusterHealth {
     pub fn note(&self, cluster: &str, panic: bool) {
         if self.panic.load(Relaxed) != panic && self.panic.swap(panic, Relaxed) != panic {
             if panic {
-                eprintln!("zgix: cluster {cluster}: no endpoint is healthy; panic mode: using every endpoint");
+                crate::log_warn!(
+                    "upstream",
+                    "cluster {cluster}: no endpoint is healthy; panic mode: using every endpoint"
+                );
             } else {
-                eprintln!("zgix: cluster {cluster}: an endpoint is healthy again; panic mode over");
+                crate::log_info!(
+                    "upstream",
+                    "cluster {cluster}: an endpoint is healthy again; panic mode over"
+                );
             }
         }
     }

@@ -28,15 +28,19 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod access_log;
 pub mod admin;
 pub mod alloc;
 pub mod cli;
+pub mod clock;
 pub mod conn;
+pub mod decision;
 pub mod engine_metrics;
 pub mod filters;
 pub mod health;
 pub mod io;
 pub mod lb;
+pub mod log;
 pub mod metrics;
 pub mod pool;
 pub mod resolve;

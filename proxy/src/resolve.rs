@@ -193,7 +193,7 @@ pub fn spawn_resolver(rt: Arc<Runtime>) -> Option<std::thread::JoinHandle<()>> {
             for (k, &slot) in named.iter().enumerate() {
                 if now >= due[k] {
                     if let Some(line) = refresh(&rt, slot) {
-                        eprintln!("zgix: {line}");
+                        crate::log_warn!("upstream", "{line}");
                     }
                     due[k] = Instant::now() + period(&rt, slot);
                 }
@@ -204,7 +204,10 @@ pub fn spawn_resolver(rt: Arc<Runtime>) -> Option<std::thread::JoinHandle<()>> {
     match spawned {
         Ok(h) => Some(h),
         Err(e) => {
-            eprintln!("zgix: cannot start the resolver thread ({e}); names keep their load-time addresses");
+            crate::log_error!(
+                "upstream",
+                "cannot start the resolver thread ({e}); names keep their load-time addresses"
+            );
             None
         }
     }

@@ -1,6 +1,7 @@
 //! Responses zgix writes itself (refusals and gateway errors), and the mapping from parser errors to statuses.
 
 use std::io::Write as _;
+use std::sync::OnceLock;
 
 use zgix_parser::ParseError;
 
@@ -94,15 +95,48 @@ fn known_reason(status: u16) -> Option<&'static str> {
     })
 }
 
+static SERVER: OnceLock<Option<Box<[u8]>>> = OnceLock::new();
+
+/// Sets the `Server` value (`server_header`; `None` for none) once at start-up.
+/// Unset, zgix sends [`zgix_config::DEFAULT_SERVER_HEADER`].
+pub fn set_server_header(value: Option<&str>) {
+    let _ = SERVER.set(value.map(|v| v.as_bytes().into()));
+}
+
+fn server_header() -> Option<&'static [u8]> {
+    SERVER
+        .get_or_init(|| Some(zgix_config::DEFAULT_SERVER_HEADER.as_bytes().into()))
+        .as_deref()
+}
+
+/// Appends `date` (RFC 9110 §6.6.1: an origin with a clock must send it; zgix
+/// is the origin of what it writes itself) from this shard's once-a-second
+/// cache, and `server` (§10.2.4) unless turned off. `skip_date` /
+/// `skip_server` leave out a field the response already carries.
+pub fn write_stamp(out: &mut Vec<u8>, skip_date: bool, skip_server: bool) {
+    if !skip_date {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(&crate::clock::shard_date());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let (false, Some(s)) = (skip_server, server_header()) {
+        out.extend_from_slice(b"server: ");
+        out.extend_from_slice(s);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Writes a complete `connection: close` refusal into `out` (cleared first).
 /// The body is the reason phrase and a newline. `retry_after` adds that header
 /// (429). `out` has capacity for this, so nothing is allocated.
 pub fn write_refusal(out: &mut Vec<u8>, status: u16, retry_after: Option<u64>) {
     out.clear();
     let r = reason(status);
+    let _ = write!(out, "HTTP/1.1 {status} {r}\r\n");
+    write_stamp(out, false, false);
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {r}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n",
+        "content-type: text/plain\r\ncontent-length: {}\r\n",
         r.len() + 1
     );
     if let Some(secs) = retry_after {
@@ -115,18 +149,35 @@ pub fn write_refusal(out: &mut Vec<u8>, status: u16, retry_after: Option<u64>) {
 mod tests {
     use super::*;
 
+    /// `out` without its `date` line, after checking the line is an IMF-fixdate.
+    pub(crate) fn undated(out: &[u8]) -> Vec<u8> {
+        let text = std::str::from_utf8(out).unwrap();
+        let at = text.find("\r\ndate: ").expect("a date field") + 2;
+        let end = at + text[at..].find("\r\n").unwrap() + 2;
+        let date = &text[at + 6..end - 2];
+        assert_eq!(date.len(), 29, "{date:?}");
+        assert!(
+            date.ends_with(" GMT") && date.as_bytes()[3] == b',',
+            "{date:?}"
+        );
+        [&out[..at], &out[end..]].concat()
+    }
+
     #[test]
     fn refusal_bytes_are_exact() {
         let mut out = Vec::with_capacity(256);
         write_refusal(&mut out, 400, None);
+        let out = undated(&out);
         assert_eq!(
             out,
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\nBad Request\n"
+            b"HTTP/1.1 400 Bad Request\r\nserver: zgix\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\nBad Request\n"
         );
+        let mut out = Vec::with_capacity(256);
         write_refusal(&mut out, 429, Some(3));
+        assert!(out.capacity() == 256, "no growth");
         assert_eq!(
-            out,
-            &b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain\r\ncontent-length: 18\r\nretry-after: 3\r\nconnection: close\r\n\r\nToo Many Requests\n"[..]
+            undated(&out),
+            &b"HTTP/1.1 429 Too Many Requests\r\nserver: zgix\r\ncontent-type: text/plain\r\ncontent-length: 18\r\nretry-after: 3\r\nconnection: close\r\n\r\nToo Many Requests\n"[..]
         );
     }
 

@@ -26,6 +26,10 @@ const HRW_LABEL_KEYS: ahash::RandomState = ahash::RandomState::with_seeds(
 /// A listener as the request path needs it: indices instead of names, matchers built.
 pub struct ListenerRt {
     pub index: usize,
+    /// `listeners[].name`, or the bind address: the `listener` label and log field.
+    pub name: String,
+    /// Whether this listener's requests go to the access log (when there is one).
+    pub access_log: bool,
     pub bind: SocketAddr,
     pub cluster: usize,
     pub proxy_protocol: bool,
@@ -129,6 +133,8 @@ pub struct Runtime {
     pub draining: AtomicBool,
     /// `limits.max_connections`, or what the descriptor limit allows.
     pub max_connections: usize,
+    /// The access log's rings and writer; started by `server::run`.
+    pub access_log: Option<crate::access_log::AccessLog>,
 }
 
 fn ms(v: u64) -> Duration {
@@ -177,6 +183,7 @@ impl Runtime {
                 Target::Name { port, .. } => SocketAddr::from(([0, 0, 0, 0], *port)),
             })
             .collect();
+        let mut listener_names = config.listener_names().into_iter();
         let listeners = config
             .listeners
             .iter()
@@ -185,6 +192,8 @@ impl Runtime {
                 let h = &lst.http;
                 ListenerRt {
                     index,
+                    name: listener_names.next().unwrap_or_default(),
+                    access_log: lst.access_log && config.access_log.is_some(),
                     bind: lst.bind,
                     cluster: names
                         .iter()
@@ -231,7 +240,7 @@ impl Runtime {
             max_headers: l.max_headers,
             max_body: l.max_request_body,
         };
-        let metrics = Arc::new(Metrics::new(shard_count, listeners.len()));
+        let metrics = Arc::new(Metrics::new(shard_count, listeners.len(), clusters.len()));
         let upstream_stats = UpstreamMetrics::new(shard_count, upstreams.len(), clusters.len());
         let mut rt = Runtime {
             rate_table: RateTable::new(l.rate_limit_entries),
@@ -247,6 +256,7 @@ impl Runtime {
             metrics,
             draining: AtomicBool::new(false),
             max_connections: config.limits.max_connections_for(nofile_limit()),
+            access_log: None,
             config,
         };
         rt.resolve_at_load();
@@ -262,7 +272,7 @@ impl Runtime {
                 continue;
             }
             if let Some(line) = crate::resolve::refresh(self, slot) {
-                eprintln!("zgix: {line}");
+                crate::log_warn!("upstream", "{line}");
             }
             match self.upstreams[slot].addr.get() {
                 Some(a) => self.endpoints[slot] = a,

@@ -18,7 +18,12 @@ pub fn run(config: Config) -> Result<(), String> {
         return Err("no CPU to run a shard on".into());
     }
     let signals = TermSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
-    let rt = Arc::new(Runtime::new(config, cpus.len()));
+    crate::respond::set_server_header(config.server_header());
+    let mut rt = Runtime::new(config, cpus.len());
+    if let Some(cfg) = &rt.config.access_log {
+        rt.access_log = Some(crate::access_log::AccessLog::start(cfg, cpus.len())?);
+    }
+    let rt = Arc::new(rt);
     let _resolver = crate::resolve::spawn_resolver(rt.clone());
     let live = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = mpsc::channel::<BindReport>();
@@ -49,24 +54,37 @@ pub fn run(config: Config) -> Result<(), String> {
         }
     }
     for (i, b) in binds.iter().enumerate() {
-        eprintln!("zgix: listener {i} on {b}");
+        info(format_args!(
+            "listener {i} on {b} (name {:?})",
+            rt.listeners[i].name
+        ));
     }
     if let Some(a) = admin_bound {
-        eprintln!("zgix: admin on {a}");
+        info(format_args!("admin on {a}"));
     }
-    eprintln!(
-        "zgix: ready ({} shards, {})",
+    info(format_args!(
+        "ready ({} shards, {})",
         cpus.len(),
         rt.io_driver_name()
-    );
+    ));
 
     loop {
-        if let Some(sig) = signals.wait(Duration::from_millis(200)) {
-            eprintln!(
-                "zgix: signal {sig}: draining (up to {} ms)",
-                rt.timeouts.drain.as_millis()
-            );
-            break;
+        crate::log::flush_repeats();
+        match signals.wait(Duration::from_millis(200)) {
+            Some(crate::signals::REOPEN) => {
+                if let Some(log) = &rt.access_log {
+                    log.reopen();
+                }
+                continue;
+            }
+            Some(sig) => {
+                info(format_args!(
+                    "signal {sig}: draining (up to {} ms)",
+                    rt.timeouts.drain.as_millis()
+                ));
+                break;
+            }
+            None => {}
         }
         if live.load(Ordering::Acquire) < cpus.len() {
             return Err("a shard stopped unexpectedly".into());
@@ -79,13 +97,24 @@ pub fn run(config: Config) -> Result<(), String> {
     // Shards drain within drain_timeout; allow one tick and a margin on top.
     let deadline = Instant::now() + rt.timeouts.drain + Duration::from_millis(500);
     while live.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-        if signals.wait(Duration::from_millis(20)).is_some() {
-            eprintln!("zgix: second signal: exiting now");
-            break;
+        match signals.wait(Duration::from_millis(20)) {
+            Some(crate::signals::REOPEN) | None => {}
+            Some(_) => {
+                info(format_args!("second signal: exiting now"));
+                break;
+            }
         }
     }
-    eprintln!("zgix: stopped");
+    if let Some(log) = &rt.access_log {
+        log.stop();
+    }
+    crate::log::flush_repeats();
+    info(format_args!("stopped"));
     Ok(())
+}
+
+fn info(args: std::fmt::Arguments<'_>) {
+    crate::log::log(crate::log::Level::Info, "server", args);
 }
 
 /// Decrements the live-shard count when a shard's thread finishes, however it finishes.

@@ -4,7 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
@@ -117,12 +117,6 @@ impl Shard {
     }
 }
 
-/// Whether `ZGIX_DEBUG` asked for client-triggered events to be logged.
-pub fn debug_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("ZGIX_DEBUG").is_some())
-}
-
 /// The driver options a shard runs with, from the config.
 pub fn driver_options(rt: &Runtime, shards: usize) -> crate::io::Options {
     let l = &rt.config.limits;
@@ -155,8 +149,9 @@ pub async fn run(
         Ok((d, None)) => d,
         Ok((d, Some(why))) => {
             if id == 0 {
-                eprintln!(
-                    "zgix: io_uring refused ({why}); running on epoll. {}",
+                crate::log_warn!(
+                    "io",
+                    "io_uring refused ({why}); running on epoll. {}",
                     crate::io::uring::REFUSED_HINT
                 );
             }
@@ -275,9 +270,11 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
             let now = shard.driver.now();
             if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
                 last_log = Some(now);
-                eprintln!(
-                    "zgix: shard {} at its connection cap ({}); accepting paused",
-                    shard.id, shard.max_connections
+                crate::log_warn!(
+                    "shard",
+                    "shard {} at its connection cap ({}); accepting paused",
+                    shard.id,
+                    shard.max_connections
                 );
             }
             let resumed = or(
@@ -320,7 +317,7 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
                 let now = shard.driver.now();
                 if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
                     last_log = Some(now);
-                    eprintln!("zgix: shard {}: accept failed: {e}", shard.id);
+                    crate::log_warn!("shard", "shard {}: accept failed: {e}", shard.id);
                 }
                 // Out of descriptors or memory: back off instead of spinning.
                 shard.driver.sleep(Duration::from_millis(10)).await;

@@ -1,4 +1,4 @@
-//! SIGTERM/SIGINT handling: blocked in every thread, received synchronously by the main thread.
+//! SIGTERM/SIGINT (drain) and SIGUSR1 (reopen the access log): blocked in every thread, received synchronously by the main thread.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ pub struct TermSignals {
 }
 
 impl TermSignals {
-    /// Blocks SIGTERM and SIGINT. Call before spawning any shard thread.
+    /// Blocks SIGTERM, SIGINT and SIGUSR1. Call before spawning any shard thread.
     pub fn block() -> std::io::Result<TermSignals> {
         // SAFETY: sigset_t is plain data initialised by sigemptyset before use;
         // pthread_sigmask only reads the set.
@@ -18,6 +18,7 @@ impl TermSignals {
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, libc::SIGTERM);
             libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
             let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
             if rc != 0 {
                 return Err(std::io::Error::from_raw_os_error(rc));
@@ -26,7 +27,7 @@ impl TermSignals {
         }
     }
 
-    /// Waits up to `timeout` for a termination signal; returns its number.
+    /// Waits up to `timeout` for one of the blocked signals; returns its number.
     pub fn wait(&self, timeout: Duration) -> Option<i32> {
         let ts = libc::timespec {
             tv_sec: timeout.as_secs() as libc::time_t,
@@ -37,3 +38,6 @@ impl TermSignals {
         (sig > 0).then_some(sig)
     }
 }
+
+/// SIGUSR1: reopen the access log (after rotation), keep running.
+pub const REOPEN: i32 = libc::SIGUSR1;

@@ -15,7 +15,9 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{assert_bytes, connect_from, escape, generated, Client, Origin, Zgix, OK_BODY};
+use support::{
+    assert_bytes, connect_from, escape, generated, unstamped, Client, Origin, Zgix, OK_BODY,
+};
 
 /// One token per hour: nothing refills while a test runs.
 const HOUR_MS: u64 = 3_600_000;
@@ -171,7 +173,7 @@ fn expect_refusal(client: &mut Client, request: &[u8], code: u16, reason: &str) 
             client.transcript()
         ),
     };
-    assert_bytes(&resp.raw, &generated(code, reason));
+    assert_bytes(&unstamped(&resp.raw), &generated(code, reason));
     expect_eof(client);
 }
 
@@ -205,7 +207,7 @@ fn expect_429(client: &mut Client, request: &[u8]) -> u64 {
         (1..=HOUR_MS / 1000).contains(&secs),
         "retry-after {secs} outside 1..=3600 for one token per hour"
     );
-    assert_bytes(&resp.raw, &too_many(secs));
+    assert_bytes(&unstamped(&resp.raw), &too_many(secs));
     expect_eof(client);
     secs
 }
@@ -298,13 +300,43 @@ fn scrape(zgix: &Zgix) -> Scrape {
         let value: f64 = value
             .parse()
             .unwrap_or_else(|_| panic!("bad value in metrics line {line:?}"));
+        // Per-code response series, also summed by class (listed even at 0).
+        if let Some(labels) = name.strip_prefix("zgix_http_responses_total{") {
+            if let Some((listener, code)) = labels.split_once(",code=\"") {
+                let class = format!(
+                    "zgix_http_responses_total{{{listener},class=\"{}xx\"}}",
+                    &code[..1]
+                );
+                *series.entry(class).or_insert(0.0) += value;
+            }
+        }
         series.insert(name.to_string(), value);
+    }
+    for li in 0..4 {
+        for class in 1..=5 {
+            series.entry(responses(li, class)).or_insert(0.0);
+        }
     }
     Scrape { text, series }
 }
 
+/// The name of listener `i`: unnamed listeners on 127.0.0.1:0 are named by
+/// that address, repeats with `#<index>` (`Config::listener_names`).
+fn listener_name(i: usize) -> String {
+    if i == 0 {
+        "127.0.0.1:0".into()
+    } else {
+        format!("127.0.0.1:0#{i}")
+    }
+}
+
+/// Responses of a status class on a listener: a sum `scrape` adds up from
+/// the per-code series.
 fn responses(listener: usize, class: u8) -> String {
-    format!("zgix_http_responses_total{{listener=\"{listener}\",class=\"{class}xx\"}}")
+    format!(
+        "zgix_http_responses_total{{listener=\"{}\",class=\"{class}xx\"}}",
+        listener_name(listener)
+    )
 }
 
 /// Differences from `expected` (series, delta) since `before`; each of the
@@ -724,7 +756,10 @@ fn conn_limit_caps_concurrent_connections_and_releases_on_close() {
                 break;
             }
             503 => {
-                assert_bytes(&resp.raw, &generated(503, "Service Unavailable"));
+                assert_bytes(
+                    &unstamped(&resp.raw),
+                    &generated(503, "Service Unavailable"),
+                );
                 refused += 1;
                 thread::sleep(Duration::from_millis(50));
             }
@@ -774,7 +809,10 @@ fn conn_count_is_released_when_a_refusal_closes_the_connection() {
             admitted = true;
             break;
         }
-        assert_bytes(&resp.raw, &generated(503, "Service Unavailable"));
+        assert_bytes(
+            &unstamped(&resp.raw),
+            &generated(503, "Service Unavailable"),
+        );
         refused += 1;
         thread::sleep(Duration::from_millis(50));
     }
@@ -1103,7 +1141,9 @@ fn metrics_pass_promtool_after_every_kind_of_traffic() {
     let mut last = None;
     let folded = eventually(METRIC_WAIT, || {
         let s = scrape(&zgix);
-        let ok = s.value("zgix_request_duration_seconds_count{listener=\"0\"}") > 0.0;
+        let ok = s.value(
+            "zgix_request_duration_seconds_count{listener=\"127.0.0.1:0\",decision=\"forwarded\"}",
+        ) > 0.0;
         last = Some(s);
         ok
     });

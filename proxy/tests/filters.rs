@@ -293,7 +293,7 @@ fn allow_stops_the_walk() {
     assert_eq!(body_of(&mut c, &get_req("/open/x", "")), ORIGIN_BODY);
     let resp = c.request(&get_req("/closed", ""));
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n",
     );
     let rec = origin.only_request();
@@ -367,12 +367,12 @@ fn response_headers_set_remove_reach_the_client_exactly() {
     // Responses zgix generates itself are not edited.
     let resp = c.request(&get_req("/gen/respond", ""));
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\ngen\n",
     );
     let resp = c.request(&get_req("/gen/reject", ""));
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n",
     );
     // Relayed: the edit applies. Set fields go before zgix's own Connection field.
@@ -504,7 +504,7 @@ fn reject_redirect_respond_answers_and_keep_alive() {
     // All on one connection: each terminal answer keeps it open for the next.
     for (path, want) in cases {
         let resp = c.request(&get_req(path, ""));
-        assert_bytes(&resp.raw, want);
+        assert_bytes(&unstamped(&resp.raw), want);
     }
     assert_eq!(body_of(&mut c, &get_req("/", "")), ORIGIN_BODY);
     // Pipelined: a terminal answer, then a forwarded request, in one write.
@@ -520,7 +520,7 @@ fn reject_redirect_respond_answers_and_keep_alive() {
     let resp =
         c.request(b"POST /reject HTTP/1.1\r\nHost: f.test\r\nContent-Length: 5\r\n\r\nabcde");
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     );
     c.expect_closed();
@@ -528,7 +528,7 @@ fn reject_redirect_respond_answers_and_keep_alive() {
     let mut c = Client::connect(z.addr());
     let resp = c.request(&get_req("/respond", "Connection: close\r\n"));
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-edge: 1\r\ncontent-length: 6\r\nconnection: close\r\n\r\nhello\n",
     );
     c.expect_closed();
@@ -538,7 +538,7 @@ fn reject_redirect_respond_answers_and_keep_alive() {
         b"POST /r308 HTTP/1.1\r\nHost: f.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
     );
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 308 Permanent Redirect\r\nlocation: https://example.com/p\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     );
     c.expect_closed();
@@ -560,7 +560,7 @@ fn respond_to_head_sends_no_body() {
     c.send(b"HEAD /respond HTTP/1.1\r\nHost: f.test\r\n\r\n");
     let resp = c.read_head_response();
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 6\r\n\r\n",
     );
     // RFC 9110 §9.3.2: no content after a HEAD response; the next response
@@ -621,7 +621,7 @@ fn rule_order_first_terminal_wins_earlier_edits_apply() {
     );
     let resp = c.request(&get_req("/gone/x", ""));
     assert_bytes(
-        &resp.raw,
+        &unstamped(&resp.raw),
         b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
     );
     let rec = origin.only_request();

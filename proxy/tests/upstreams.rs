@@ -61,7 +61,7 @@ fn an_unresolvable_name_is_reported_and_marked_down() {
     ));
     let err = z.stderr();
     assert!(
-        err.contains("zgix: clusters.api: origin.invalid:80 does not resolve (")
+        err.contains("warn upstream: clusters.api: origin.invalid:80 does not resolve (")
             && err.contains("); the endpoint stays down"),
         "stderr:\n{err}"
     );

@@ -772,3 +772,75 @@ fn an_unreadable_key_is_located_at_its_object() {
     let e = deserialize("{\"listeners\": [{\"bi\u{1}nd\": 1}], \"clusters\": {}}").unwrap_err();
     assert_eq!(e[0].path, "listeners[0]", "{e:?}");
 }
+
+#[test]
+fn observability_defaults() {
+    let c = load(MINIMAL).unwrap();
+    assert_eq!(c.access_log, None);
+    assert_eq!(c.server_header(), Some("zgix"));
+    assert_eq!(c.listener_names(), ["0.0.0.0:8080"]);
+    assert!(c.listeners[0].access_log);
+    let c = load(&with(&[
+        ("/access_log", json!({"path": "-"})),
+        ("/server_header", json!(false)),
+    ]))
+    .unwrap();
+    let log = c.access_log.as_ref().unwrap();
+    assert_eq!(log.format, crate::observe::AccessLogFormat::Text);
+    assert!(log.query);
+    assert_eq!(log.buffer_bytes, 256 << 10);
+    assert_eq!(c.server_header(), None);
+}
+
+#[test]
+fn unnamed_listeners_on_one_port_zero_address_get_distinct_names() {
+    let c = load(&with(&[(
+        "/listeners",
+        json!([
+            {"bind": "127.0.0.1:0", "http": {"cluster": "api"}},
+            {"bind": "127.0.0.1:0", "http": {"cluster": "api"}},
+            {"bind": "127.0.0.1:0", "name": "public", "http": {"cluster": "api"}}
+        ]),
+    )]))
+    .unwrap();
+    assert_eq!(
+        c.listener_names(),
+        ["127.0.0.1:0", "127.0.0.1:0#1", "public"]
+    );
+}
+
+#[test]
+fn observability_rules_are_all_reported() {
+    let e = errs(&[
+        (
+            "/access_log",
+            json!({"path": "", "format": "json", "buffer_bytes": 10}),
+        ),
+        ("/server_header", json!("bad\u{1}")),
+        (
+            "/listeners",
+            json!([
+                {"bind": "0.0.0.0:8080", "name": "a b", "http": {"cluster": "api"}},
+                {"bind": "0.0.0.0:8081", "name": "x", "http": {"cluster": "api"}},
+                {"bind": "0.0.0.0:8082", "name": "x", "http": {"cluster": "api"}},
+                {"bind": "0.0.0.0:8083", "name": "0.0.0.0:8084", "http": {"cluster": "api"}},
+                {"bind": "0.0.0.0:8084", "http": {"cluster": "api"}}
+            ]),
+        ),
+    ]);
+    assert_eq!(
+        e,
+        [
+            "access_log.path: must not be empty; use \"-\" for stdout",
+            "access_log.buffer_bytes: must be between 512 and 67108864, got 10",
+            "server_header: must be visible ASCII and inner spaces only, such as \"zgix/1.0\"",
+            "listeners[0].name: must be visible ASCII without spaces, quotes or backslashes (it is a metric label and a log field)",
+            "listeners[2].name: \"x\" is already listeners[1].name",
+            "listeners[3].name: \"0.0.0.0:8084\" is the default name of listeners[4] (its bind address)",
+        ]
+    );
+    assert_eq!(
+        errs(&[("/access_log", json!({"path": "-", "format": "xml"}))]).len(),
+        1
+    );
+}

@@ -8,7 +8,7 @@ use std::task::Poll;
 use zgix_parser::{BodyKind, HeaderKind, RequestHead};
 
 use super::body::{Download, ResponseEnd, Upload};
-use super::{is_timeout, log_debug, Conn, Fail, Next};
+use super::{is_timeout, Conn, Fail, Next};
 use crate::io::Sock;
 use crate::lb;
 use crate::metrics::UpstreamError;
@@ -114,9 +114,10 @@ impl Conn {
             {
                 Ok((end, body_done)) => break (up, end, body_done),
                 Err(Fail::UpstreamEarly(kind)) if reused && retryable && !retried => {
-                    log_debug(format_args!(
+                    crate::log_debug!(
+                        "upstream",
                         "pooled upstream failed early ({kind:?}), retrying"
-                    ));
+                    );
                     shard.counters.upstream_retries.inc();
                     retried = true;
                 }
@@ -265,7 +266,7 @@ impl Conn {
         let status = match f {
             Fail::UpstreamEarly(kind) | Fail::Upstream(kind) => {
                 shard.counters.upstream_error(kind);
-                log_debug(format_args!("upstream error: {}", kind.label()));
+                crate::log_debug!("upstream", "upstream error: {}", kind.label());
                 match kind {
                     UpstreamError::ConnectTimeout
                     | UpstreamError::HeaderTimeout

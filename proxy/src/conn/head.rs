@@ -8,7 +8,7 @@ use zgix_admission::ClientId;
 use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{ParseError, Status};
 
-use super::{client_ip, is_timeout, log_debug, take_exchange, Conn};
+use super::{client_ip, is_timeout, take_exchange, Conn};
 use crate::metrics::ConnRefusal;
 use crate::wire;
 
@@ -128,7 +128,7 @@ impl Conn {
                     }
                     Ok(ProxyStatus::Partial) => {}
                     Err(e) => {
-                        log_debug(format_args!("PROXY header refused: {}", e.as_str()));
+                        crate::log_debug!("conn", "PROXY header refused: {}", e.as_str());
                         return Err(ConnRefusal::ProxyHeaderInvalid);
                     }
                 }

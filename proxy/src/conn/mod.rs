@@ -340,11 +340,3 @@ fn upstream_io(e: &std::io::Error) -> Fail {
         Fail::Upstream(UpstreamError::Reset)
     }
 }
-
-/// Client-triggered events are logged only when `ZGIX_DEBUG` is set: a hostile
-/// client must not be able to flood the log.
-pub fn log_debug(args: std::fmt::Arguments<'_>) {
-    if crate::shard::debug_enabled() {
-        eprintln!("zgix[debug]: {args}");
-    }
-}

@@ -479,7 +479,7 @@ impl Ring {
                     match e.raw_os_error() {
                         Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
                         | Some(libc::EAGAIN) => {}
-                        _ => crate::conn::log_debug(format_args!("io_uring_enter: {e}")),
+                        _ => crate::log_debug!("io", "io_uring_enter: {e}"),
                     }
                 }
             }

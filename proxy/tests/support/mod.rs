@@ -73,6 +73,47 @@ pub fn generated(code: u16, reason: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A response zgix wrote itself without the `date` and `server` fields it
+/// stamps right after the status line; panics unless both are there, the
+/// date an IMF-fixdate (RFC 9110 §5.6.7) and the server `zgix`.
+#[track_caller]
+pub fn unstamped(raw: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(raw);
+    let status_end = text.find("\r\n").map_or(0, |i| i + 2);
+    let rest = &text[status_end..];
+    let date = rest
+        .strip_prefix("date: ")
+        .and_then(|r| r.split_once("\r\n"))
+        .map(|(d, _)| d)
+        .unwrap_or_else(|| panic!("no date field after the status line: \"{}\"", escape(raw)));
+    assert!(
+        is_imf_fixdate(date),
+        "date {date:?} is not an IMF-fixdate: \"{}\"",
+        escape(raw)
+    );
+    let after_date = status_end + "date: ".len() + date.len() + 2;
+    let server = b"server: zgix\r\n";
+    assert!(
+        raw[after_date..].starts_with(server),
+        "no `server: zgix` after the date: \"{}\"",
+        escape(raw)
+    );
+    [&raw[..status_end], &raw[after_date + server.len()..]].concat()
+}
+
+/// Has the shape of `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn is_imf_fixdate(d: &str) -> bool {
+    let b = d.as_bytes();
+    let shape = b.len() == 29
+        && ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].contains(&&d[..3])
+        && &d[3..5] == ", "
+        && d.ends_with(" GMT")
+        && [5, 6, 12, 13, 14, 15, 17, 18, 20, 21, 23, 24]
+            .iter()
+            .all(|&i| b[i].is_ascii_digit());
+    shape
+}
+
 // ---------------------------------------------------------------------------
 // Origin
 // ---------------------------------------------------------------------------
@@ -924,7 +965,7 @@ pub fn assert_refusal(addr: SocketAddr, request: &[u8], code: u16, reason: &str)
             client.transcript()
         ),
     };
-    assert_bytes(&resp.raw, &generated(code, reason));
+    assert_bytes(&unstamped(&resp.raw), &generated(code, reason));
     client.expect_closed();
 }
 
@@ -1047,6 +1088,32 @@ impl Config {
         out.push('}');
         out
     }
+}
+
+/// Splits an error-log line `<RFC 3339 ms> <level> <component>: <message>`
+/// into level, component and message; `None` if the line has another shape.
+pub fn log_message(line: &str) -> Option<(&str, &str, &str)> {
+    let (ts, rest) = line.split_once(' ')?;
+    let (level, rest) = rest.split_once(' ')?;
+    let (component, msg) = rest.split_once(": ")?;
+    let t = ts.as_bytes();
+    let ts_ok = t.len() == 24
+        && t[4] == b'-'
+        && t[7] == b'-'
+        && t[10] == b'T'
+        && t[13] == b':'
+        && t[16] == b':'
+        && t[19] == b'.'
+        && t[23] == b'Z'
+        && [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
+            .iter()
+            .all(|&i| t[i].is_ascii_digit());
+    let level_ok = ["error", "warn", "info", "debug"].contains(&level);
+    let component_ok = !component.is_empty()
+        && component
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'_');
+    (ts_ok && level_ok && component_ok).then_some((level, component, msg))
 }
 
 /// Path of the zgix binary cargo built for these tests.
@@ -1200,15 +1267,17 @@ impl Zgix {
                     );
                 }
             };
-            if let Some(rest) = line.strip_prefix("zgix: listener ") {
+            let msg = log_message(&line).map_or("", |(_, _, m)| m);
+            if let Some(rest) = msg.strip_prefix("listener ") {
                 if let Some((n, addr)) = rest.split_once(" on ") {
-                    if let (Ok(n), Ok(addr)) = (n.parse(), addr.trim().parse()) {
+                    let addr = addr.split(' ').next().unwrap_or("");
+                    if let (Ok(n), Ok(addr)) = (n.parse(), addr.parse()) {
                         listeners.push((n, addr));
                     }
                 }
-            } else if let Some(addr) = line.strip_prefix("zgix: admin on ") {
+            } else if let Some(addr) = msg.strip_prefix("admin on ") {
                 admin = addr.trim().parse().ok();
-            } else if let Some(rest) = line.strip_prefix("zgix: ready (") {
+            } else if let Some(rest) = msg.strip_prefix("ready (") {
                 // "zgix: ready (N shards, DRIVER)"
                 let driver = rest
                     .split(", ")

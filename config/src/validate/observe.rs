@@ -1,0 +1,94 @@
+//! Validation of the observability settings: access log, `Server` header, listener names.
+
+use std::collections::HashMap;
+
+use super::Validator;
+use crate::observe::{
+    ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES, MIN_ACCESS_LOG_BUFFER_BYTES,
+};
+
+/// Longest `server_header` value; a product token and version, not a banner.
+const MAX_SERVER_HEADER_BYTES: usize = 128;
+
+impl Validator<'_> {
+    pub(super) fn observability(&mut self) {
+        let config = self.config;
+        if let Some(log) = &config.access_log {
+            if log.path.is_empty() {
+                self.err("access_log.path", "must not be empty; use \"-\" for stdout");
+            } else if log.path.contains('\0') {
+                self.err("access_log.path", "must not contain NUL");
+            }
+            self.range(
+                "access_log.buffer_bytes",
+                log.buffer_bytes,
+                MIN_ACCESS_LOG_BUFFER_BYTES,
+                MAX_ACCESS_LOG_BUFFER_BYTES,
+            );
+        }
+        if let Some(ServerHeader::Name(n)) = &config.server_header {
+            // RFC 9110 §10.2.4: product tokens and comments, visible ASCII and spaces.
+            if n.is_empty() || n.len() > MAX_SERVER_HEADER_BYTES {
+                self.err(
+                    "server_header",
+                    format!(
+                        "must be between 1 and {MAX_SERVER_HEADER_BYTES} bytes long, got {}; use false for no Server field",
+                        n.len()
+                    ),
+                );
+            } else if !n.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
+                || n.starts_with(' ')
+                || n.ends_with(' ')
+            {
+                self.err(
+                    "server_header",
+                    "must be visible ASCII and inner spaces only, such as \"zgix/1.0\"",
+                );
+            }
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            let Some(name) = &l.name else { continue };
+            let path = format!("listeners[{i}].name");
+            if name.is_empty() || name.len() > MAX_LISTENER_NAME_BYTES {
+                self.err(
+                    &path,
+                    format!(
+                        "must be between 1 and {MAX_LISTENER_NAME_BYTES} bytes long, got {}",
+                        name.len()
+                    ),
+                );
+            } else if !name
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+            {
+                self.err(
+                    &path,
+                    "must be visible ASCII without spaces, quotes or backslashes (it is a metric label and a log field)",
+                );
+            }
+            if let Some(&first) = seen.get(name.as_str()) {
+                self.err(
+                    &path,
+                    format!("{name:?} is already listeners[{first}].name"),
+                );
+            } else {
+                seen.insert(name, i);
+            }
+        }
+        // An unnamed listener is named by its bind address: a name equal to
+        // another listener's address would make two series one.
+        for (i, l) in config.listeners.iter().enumerate() {
+            if l.name.is_some() {
+                continue;
+            }
+            let bind = l.bind.to_string();
+            if let Some(&j) = seen.get(bind.as_str()) {
+                self.err(
+                    format!("listeners[{j}].name"),
+                    format!("{bind:?} is the default name of listeners[{i}] (its bind address)"),
+                );
+            }
+        }
+    }
+}

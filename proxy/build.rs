@@ -1,0 +1,27 @@
+//! Build script: records the git revision for `zgix_build_info` (`unknown` when not built from a checkout or without git).
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+fn main() {
+    let revision = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=ZGIX_GIT_REVISION={revision}");
+    println!("cargo:rerun-if-changed=build.rs");
+    // Rebuild when HEAD moves: HEAD itself (a branch switch) and the branch's ref.
+    if let Some(head) = git(&["rev-parse", "--git-path", "HEAD"]) {
+        println!("cargo:rerun-if-changed={head}");
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(path) = git(&["rev-parse", "--git-path", &branch]) {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
+}

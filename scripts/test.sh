@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The README's test command: installs the tools the tests spawn when they are
+# missing, then runs every test of the workspace (`cargo test --workspace`,
+# extra arguments passed on).
+#
+# The tests need, besides the Rust toolchain:
+#   /usr/bin/promtool  (Debian package prometheus)  lints /metrics
+#   kill(1)            (Debian package procps)       signals the zgix under test
+# As root, missing ones are installed with apt-get; otherwise the script stops
+# and names the packages to install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+[ -x /usr/bin/promtool ] || missing+=(prometheus)
+{ [ -x /bin/kill ] || [ -x /usr/bin/kill ]; } || missing+=(procps)
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "scripts/test.sh: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "scripts/test.sh: the tests need the package(s) ${missing[*]}; install them" \
+            "(as root: apt-get install ${missing[*]}) and run this again" >&2
+        exit 1
+    fi
+fi
+
+# io_uring rings live in locked memory: raise the limit where allowed (see README).
+ulimit -l unlimited 2>/dev/null || ulimit -l 65536 2>/dev/null || true
+
+# With arguments they select what to test (e.g. `-p zgix`); without, the whole workspace.
+if [ "$#" -gt 0 ]; then
+    exec cargo test "$@"
+fi
+exec cargo test --workspace
