@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
 use glommio::sync::{Gate, Semaphore};
-use hdrhistogram::Histogram;
 use zgix_parser::{RequestParser, ResponseParser};
 
 use crate::io::{Driver, Listener, Notifier};
-use crate::metrics::{new_latency_histogram, ShardCounters};
+use crate::metrics::ShardCounters;
 use crate::pool::Pool;
 use crate::runtime::Runtime;
 
@@ -31,11 +30,15 @@ pub struct Shard {
     pub id: usize,
     pub rt: Arc<Runtime>,
     pub counters: Arc<ShardCounters>,
-    /// Per-listener latency, folded into `Metrics::latency` by the tick task.
-    pub latency: RefCell<Vec<Histogram<u64>>>,
     pub pool: Pool,
-    /// Round-robin cursor per cluster.
-    pub rr: Vec<Cell<usize>>,
+    /// Endpoint choice per cluster (weights, least_conn, rendezvous).
+    pub balancer: crate::lb::Balancer,
+    /// This shard's per-endpoint counters.
+    pub up: Arc<crate::upstream_metrics::ShardUpstream>,
+    /// Resolver generations seen, so moved endpoints' pooled connections go.
+    pub seen: crate::resolve::SeenGenerations,
+    /// This shard's access-log ring, when the access log is on.
+    pub access_log: Option<crate::access_log::ShardLog>,
     pub draining: Cell<bool>,
     /// Never holds permits: closing it wakes every task waiting on it (drain).
     pub shutdown: Semaphore,
@@ -66,17 +69,18 @@ impl Shard {
         Shard {
             id,
             counters: rt.metrics.shards[id].clone(),
-            latency: RefCell::new(
-                (0..rt.listeners.len())
-                    .map(|_| new_latency_histogram())
-                    .collect(),
-            ),
             pool: Pool::new(
                 rt.endpoints.len(),
                 l.upstream_pool_idle_per_endpoint,
-                rt.timeouts.upstream_idle,
+                rt.timeouts.upstream_pool_idle,
             ),
-            rr: rt.clusters.iter().map(|_| Cell::new(id)).collect(),
+            balancer: crate::lb::Balancer::new(&rt, id),
+            up: rt.upstream_stats.shards[id].clone(),
+            seen: crate::resolve::SeenGenerations::new(&rt),
+            access_log: rt
+                .access_log
+                .as_ref()
+                .map(|a| a.shard(id, rt.metrics.shards[id].clone(), l.max_request_line)),
             draining: Cell::new(false),
             shutdown: Semaphore::new(0),
             gate: Gate::new(),
@@ -99,20 +103,6 @@ impl Shard {
         self.open_connections.set(self.open_connections.get() - 1);
         for w in self.capacity_waiters.borrow_mut().drain(..) {
             w.wake();
-        }
-    }
-
-    /// Moves this shard's recorded latency into the shared registry.
-    fn publish_latency(&self) {
-        let mut local = self.latency.borrow_mut();
-        let mut shared = self.rt.metrics.latency[self.id]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        for (l, s) in local.iter_mut().zip(shared.iter_mut()) {
-            if !l.is_empty() {
-                let _ = s.add(&*l);
-                l.reset();
-            }
         }
     }
 }
@@ -206,6 +196,11 @@ pub async fn run(
         glommio::spawn_local(crate::admin::serve(shard.clone(), l)).detach();
     }
     glommio::spawn_local(tick(shard.clone())).detach();
+    if id == 0 && rt.clusters.iter().any(|c| c.active.is_some()) {
+        // Active health checks run on one shard: an endpoint is probed once
+        // per interval, not once per shard.
+        glommio::spawn_local(crate::health::run_prober(rt.clone(), driver.clone())).detach();
+    }
     glommio::spawn_local(watch_drain(shard.clone())).detach();
 
     // Wait for the drain: the semaphore never has permits, closing it wakes us.
@@ -216,7 +211,6 @@ pub async fn run(
             let _ = shard.gate.close().await;
         })
         .await;
-    shard.publish_latency();
     driver.stop();
     driver_task.await;
 }
@@ -343,7 +337,8 @@ async fn tick(shard: Rc<Shard>) {
         n += 1;
         if n.is_multiple_of(10) {
             shard.pool.sweep(Instant::now());
-            shard.publish_latency();
+            let rt = &shard.rt;
+            shard.seen.changed(rt, |ep| shard.pool.retire(ep));
             crate::conn::trim_memory(&shard);
         }
     }

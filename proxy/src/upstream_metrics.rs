@@ -165,6 +165,7 @@ impl UpstreamMetrics {
 pub fn render(rt: &Runtime) -> String {
     let m = &rt.upstream_stats;
     let mut o = String::with_capacity(1024 + rt.upstreams.len() * 2048);
+    m.render_retries(&mut o);
     let labels = |ep: usize| {
         let u = &rt.upstreams[ep];
         format!(

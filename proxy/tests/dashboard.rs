@@ -28,6 +28,13 @@ fn exported_names() -> BTreeSet<String> {
             conn_capacity: 1,
         },
     );
+    // Plus the per-endpoint families, rendered from a one-endpoint runtime.
+    let cfg = zgix_config::Config::from_json(
+        r#"{"listeners":[{"bind":"127.0.0.1:0","http":{"cluster":"c"}}],"clusters":{"c":{"endpoints":["127.0.0.1:9"]}}}"#,
+    )
+    .expect("a valid config");
+    let rt = zgix::runtime::Runtime::new(cfg, 1);
+    let text = text + &zgix::upstream_metrics::render(&rt);
     let mut names = BTreeSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -6,22 +6,6 @@ use std::collections::BTreeSet;
 
 use support::*;
 
-fn metrics(z: &Zgix) -> String {
-    let admin = z.admin.expect("admin address");
-    let mut c = Client::connect(admin);
-    let resp = c.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    assert_eq!(resp.status, 200, "metrics: {}", resp.show());
-    String::from_utf8(resp.body).expect("metrics are UTF-8")
-}
-
-#[track_caller]
-fn series(text: &str, key: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in metrics:\n{text}"))
-}
-
 #[test]
 fn a_named_endpoint_resolves_at_load_and_serves() {
     let origin = Origin::start();
@@ -37,7 +21,7 @@ fn a_named_endpoint_resolves_at_load_and_serves() {
         .only_request()
         .head
         .starts_with(b"GET /by-name HTTP/1.1\r\n"));
-    let m = metrics(&z);
+    let m = metrics_text(&z);
     let labels = format!("{{cluster=\"api\",endpoint=\"{name}\"}}");
     assert_eq!(
         series(&m, &format!("zgix_upstream_endpoint_healthy{labels}")),
@@ -65,7 +49,7 @@ fn an_unresolvable_name_is_reported_and_marked_down() {
             && err.contains("); the endpoint stays down"),
         "stderr:\n{err}"
     );
-    let m = metrics(&z);
+    let m = metrics_text(&z);
     let down = "{cluster=\"api\",endpoint=\"origin.invalid:80\"}";
     assert_eq!(
         series(&m, &format!("zgix_upstream_endpoint_healthy{down}")),
@@ -89,7 +73,7 @@ fn per_endpoint_families_are_labelled_and_declared_once() {
         a.addr(),
         b.addr()
     ));
-    let m = metrics(&z);
+    let m = metrics_text(&z);
     for ep in [a.addr(), b.addr()] {
         let l = format!("cluster=\"web\",endpoint=\"{ep}\"");
         for family in [

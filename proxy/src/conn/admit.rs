@@ -4,7 +4,9 @@ use zgix_admission::{ConnDecision, RateDecision};
 use zgix_parser::{BodyKind, Method, Version};
 
 use super::{Conn, Next};
+use crate::decision::Decision;
 use crate::filters::Verdict;
+use crate::metrics::Admission;
 
 impl Conn {
     /// Gives back the token this request took from its client's bucket, if
@@ -16,15 +18,25 @@ impl Conn {
         }
     }
 
+    /// One parsed request from admission to its last response byte, with
+    /// its access-log record and duration (every decision counted).
+    pub(super) async fn handle_request(&mut self) -> Next {
+        let t0 = self.shard.driver.now();
+        self.begin_record();
+        let next = self.admit_and_route(t0).await;
+        self.end_record(t0);
+        next
+    }
+
     /// Admission, then forwarding. The order is the spec's: a malformed head was
     /// refused before this point (no token spent); then rate limit, connection
     /// limit, WAF, and only then routing.
-    pub(super) async fn handle_request(&mut self) -> Next {
+    async fn admit_and_route(&mut self, t0: std::time::Instant) -> Next {
         let shard = self.shard.clone();
         let rt = &shard.rt;
         let lst = &rt.listeners[self.li];
         let c = &shard.counters;
-        let t0 = shard.driver.now();
+        let li = self.li;
         self.token = None;
 
         if let Some(p) = lst.rate_limit {
@@ -33,9 +45,10 @@ impl Conn {
                 .check(self.id, p, zgix_admission::monotonic_ns_at(t0))
             {
                 RateDecision::Allowed => self.token = Some(p),
-                RateDecision::TableFull => c.rate_limit_full.inc(),
+                RateDecision::TableFull => c.admission(li, Admission::RateLimitFull),
                 RateDecision::Limited { retry_after_secs } => {
-                    c.rate_limited.inc();
+                    c.admission(li, Admission::RateLimited);
+                    self.x().rec.decision = Decision::RateLimited;
                     self.refuse(429, Some(retry_after_secs)).await;
                     return Next::Close;
                 }
@@ -49,11 +62,12 @@ impl Conn {
                         self.conn_checked = true;
                     }
                     ConnDecision::TableFull => {
-                        c.conn_limit_full.inc();
+                        c.admission(li, Admission::ConnLimitFull);
                         self.conn_checked = true;
                     }
                     ConnDecision::Limited => {
-                        c.conn_limited.inc();
+                        c.admission(li, Admission::ConnLimited);
+                        self.x().rec.decision = Decision::ConnLimited;
                         // The two controls are independent: a request the
                         // connection limit refuses spends no token.
                         self.refund_token();
@@ -75,7 +89,8 @@ impl Conn {
                 || req.authority.is_some_and(|a| m.is_match(a.get(base)))
                 || req.headers.iter().any(|h| m.is_match(h.value.get(base)));
             if hit {
-                c.waf_blocked.inc();
+                c.admission(li, Admission::WafBlocked);
+                self.x().rec.decision = Decision::Waf;
                 self.refuse(waf.status, None).await;
                 return Next::Close;
             }
@@ -105,7 +120,9 @@ impl Conn {
                         x.req.method == Method::Head,
                         &mut x.out,
                     );
-                    c.response(self.li, status);
+                    c.response(li, status);
+                    x.rec.decision = Decision::Filter(rule);
+                    x.rec.status = status;
                     let x = self.x.as_mut().expect("a request state is held");
                     if self.client.write_all(&x.out).await.is_err() || !keep {
                         return Next::Close;
@@ -116,9 +133,73 @@ impl Conn {
             }
         }
 
-        let next = self.forward(cluster, filtered).await;
-        let us = shard.driver.now().saturating_duration_since(t0).as_micros() as u64;
-        shard.latency.borrow_mut()[self.li].saturating_record(us.max(1));
-        next
+        let _ = t0;
+        self.forward(cluster, filtered).await
+    }
+
+    /// Starts the access-log record of the request whose head just parsed,
+    /// copying what the log needs of the head (the buffer is reused for the body).
+    fn begin_record(&mut self) {
+        let (li, ip, peer, rx) = (self.li, self.ip, self.peer, self.client.bytes_read());
+        let tx = self.client.bytes_written();
+        let x = self.x();
+        let base = &x.cbuf[x.cstart..x.cend];
+        x.rec = crate::access_log::Record::new(li, ip, peer);
+        x.rec.version = Some(x.req.version);
+        x.rec_method.clear();
+        x.rec_method.extend_from_slice(x.req.method_span.get(base));
+        x.rec_query.clear();
+        x.rec_has_query = x.req.query.is_some();
+        if let Some(q) = x.req.query {
+            x.rec_query.extend_from_slice(q.get(base));
+        }
+        x.rec_rx0 = rx - (x.cend - x.cstart) as u64;
+        x.rec_tx0 = tx;
+    }
+
+    /// Counts the request's duration under its decision and writes its
+    /// access-log line. `base` is gone by now: the record carries its copies.
+    pub(super) fn end_record(&mut self, t0: std::time::Instant) {
+        let shard = self.shard.clone();
+        let (rx, tx) = (self.client.bytes_read(), self.client.bytes_written());
+        let li = self.li;
+        let Some(x) = self.x.as_mut() else { return };
+        x.rec.duration_us = shard.driver.now().saturating_duration_since(t0).as_micros() as u64;
+        // Bytes of this request: what was read since its head began, minus
+        // what is left for the next one.
+        x.rec.bytes_in = rx
+            .saturating_sub(x.rec_rx0)
+            .saturating_sub((x.cend - x.cstart) as u64);
+        x.rec.bytes_out = tx - x.rec_tx0;
+        shard
+            .counters
+            .request_done(li, x.rec.decision, x.rec.duration_us.max(1));
+        if let Some(log) = &shard.access_log {
+            let t = crate::access_log::Target {
+                method: &x.rec_method,
+                path: &x.req.canonical_path,
+                query: x.rec_has_query.then_some(&x.rec_query[..]),
+            };
+            log.emit(&shard.rt, &x.rec, &t);
+        }
+    }
+
+    /// Logs a request refused before it parsed (400-class, 408): no method,
+    /// path or query to show.
+    pub(super) fn record_unparsed(&mut self, decision: Decision, tx0: u64) {
+        let shard = self.shard.clone();
+        let (li, ip, peer) = (self.li, self.ip, self.peer);
+        let tx = self.client.bytes_written();
+        let Some(x) = self.x.as_mut() else { return };
+        let status = x.rec.status;
+        x.rec = crate::access_log::Record::new(li, ip, peer);
+        x.rec.status = status;
+        x.rec.decision = decision;
+        x.rec.bytes_in = (x.cend - x.cstart) as u64;
+        x.rec.bytes_out = tx - tx0;
+        shard.counters.request_done(li, decision, 1);
+        if let Some(log) = &shard.access_log {
+            log.emit(&shard.rt, &x.rec, &crate::access_log::Target::default());
+        }
     }
 }

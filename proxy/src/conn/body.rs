@@ -147,7 +147,6 @@ pub(super) struct Download<'a> {
     pub filtered: bool,
     /// The request asked to upgrade (a 101 is then a tunnel, not an error).
     pub upgrade: bool,
-    pub reused: bool,
     /// Whether any byte reached the client.
     pub sent: &'a mut bool,
     /// Whether the request body is all read (else the client connection
@@ -155,6 +154,8 @@ pub(super) struct Download<'a> {
     pub body_read: &'a std::cell::Cell<bool>,
     /// zgix's Via name, or `None` when turned off.
     pub via: Option<&'a [u8]>,
+    /// When the final (or 101) response head was parsed.
+    pub head_seen: &'a std::cell::Cell<Option<std::time::Instant>>,
 }
 
 impl Download<'_> {
@@ -189,10 +190,12 @@ impl Download<'_> {
                     Ok(Status::Complete(())) => {
                         let s = self.resp.status;
                         if !(100..200).contains(&s) {
+                            self.head_seen.set(Some(shard.driver.now()));
                             return Ok(());
                         }
                         if s == 101 {
                             if self.upgrade {
+                                self.head_seen.set(Some(shard.driver.now()));
                                 return Ok(());
                             }
                             return Err(Fail::Upstream(UpstreamError::BadResponse));
@@ -222,30 +225,25 @@ impl Download<'_> {
                 return Err(Fail::Upstream(UpstreamError::BadResponse));
             }
             let at = *self.uend;
-            match self.up.read(&mut self.ubuf[at..]).await {
-                Ok(0) => {
-                    return Err(if !got_any && self.reused {
-                        Fail::UpstreamEarly(UpstreamError::Reset)
-                    } else if !got_any {
-                        Fail::Upstream(UpstreamError::Reset)
-                    } else {
-                        Fail::Upstream(UpstreamError::BadResponse)
-                    })
+            // Before any response byte a failure is `UpstreamEarly`: the
+            // request may go to another endpoint (or, on a pooled
+            // connection, to a fresh one) if it can be sent again.
+            let early = |k| {
+                if got_any {
+                    Fail::Upstream(k)
+                } else {
+                    Fail::UpstreamEarly(k)
                 }
+            };
+            match self.up.read(&mut self.ubuf[at..]).await {
+                Ok(0) if got_any => return Err(Fail::Upstream(UpstreamError::BadResponse)),
+                Ok(0) => return Err(early(UpstreamError::Reset)),
                 Ok(n) => {
                     *self.uend += n;
                     got_any = true;
                 }
-                Err(e) if super::is_timeout(&e) => {
-                    return Err(Fail::Upstream(UpstreamError::HeaderTimeout))
-                }
-                Err(_) => {
-                    return Err(if !got_any && self.reused {
-                        Fail::UpstreamEarly(UpstreamError::Reset)
-                    } else {
-                        Fail::Upstream(UpstreamError::Reset)
-                    })
-                }
+                Err(e) if super::is_timeout(&e) => return Err(early(UpstreamError::HeaderTimeout)),
+                Err(_) => return Err(early(UpstreamError::Reset)),
             }
         }
     }

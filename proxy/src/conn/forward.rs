@@ -9,10 +9,14 @@ use zgix_parser::{BodyKind, HeaderKind, RequestHead};
 
 use super::body::{Download, ResponseEnd, Upload};
 use super::{is_timeout, Conn, Fail, Next};
+use crate::decision::Decision;
+use crate::health;
 use crate::io::Sock;
 use crate::lb;
 use crate::metrics::UpstreamError;
 use crate::respond::status_for;
+use crate::runtime::Runtime;
+use crate::upstream_metrics::RetryReason;
 use crate::wire;
 
 /// The `Upgrade` field value of a request that asks to switch protocols
@@ -48,34 +52,164 @@ pub(super) fn append_fields(out: &mut Vec<u8>, fields: &[&[u8]]) {
 }
 
 impl Conn {
-    /// Proxies the parsed request to an endpoint and streams the answer back.
+    /// Proxies the parsed request to an endpoint of the cluster and streams
+    /// the answer back, trying another endpoint when one fails before it
+    /// answered (see [`Conn::attempt`]).
     pub(super) async fn forward(&mut self, cluster_ix: usize, filtered: bool) -> Next {
         let shard = self.shard.clone();
         let rt = &shard.rt;
-        let filters = &rt.listeners[self.li].filters;
-        let ep = lb::pick(&rt.clusters[cluster_ix], &shard.rr[cluster_ix], self.id);
         self.sent = false;
-        let ip_text = self.ip_text;
         let x = self.x();
         let base = &x.cbuf[x.cstart..x.cend];
         let upgrade = upgrade_request(&x.req, base).is_some();
-        {
-            let edits = filtered.then_some((filters, &x.walk));
-            let via = rt.config.via.name().map(str::as_bytes);
-            wire::write_request_head_via(
-                &mut x.out,
-                base,
-                &x.req,
-                &ip_text,
-                rt.endpoints[ep],
-                edits,
-                via,
+        let has_body = !matches!(x.req.body, BodyKind::None | BodyKind::Length(0));
+        // RFC 9110 §9.2.2: an idempotent request without a body can be sent
+        // again; one whose body started streaming never is.
+        let retryable = x.req.method.is_idempotent() && !has_body && !upgrade;
+        let head_at = x.cstart;
+        let retries = rt.clusters[cluster_ix].retries;
+        let mut tried = lb::Tried::default();
+        let mut attempt = 0u32;
+        loop {
+            let picked = shard.balancer.pick(
+                rt,
+                &shard.up,
+                cluster_ix,
+                self.id,
+                &mut tried,
+                health::now_ms(),
             );
-            // Expect goes to the origin, which may refuse before the body
-            // comes (RFC 9110 §10.1.1); the client gets its 100 or its answer.
-            if x.req.expect_continue {
-                append_fields(&mut x.out, &[b"Expect: 100-continue\r\n"]);
+            let ep = picked.ep;
+            self.x().rec.upstream = Some(ep);
+            // A pooled connection that fails before answering was most likely
+            // closed by the origin while idle: dial once more, same endpoint,
+            // whatever `retries` says, and do not hold it against the endpoint.
+            let mut fresh = false;
+            let failure = loop {
+                self.x().cstart = head_at;
+                match self
+                    .attempt(ep, cluster_ix, filtered, upgrade, retryable, fresh)
+                    .await
+                {
+                    Ok(next) => return next,
+                    Err((Fail::UpstreamEarly(kind), true)) if retryable && !fresh => {
+                        crate::log_debug!(
+                            "upstream",
+                            "pooled upstream failed early ({kind:?}), dialing again"
+                        );
+                        shard.up.retry(RetryReason::Reset);
+                        self.x().rec.retries += 1;
+                        fresh = true;
+                    }
+                    Err((f, reused)) => break (f, reused),
+                };
+            };
+            let (f, reused) = failure;
+            let kind = match f {
+                Fail::Upstream(k) | Fail::UpstreamEarly(k) => Some(k),
+                _ => None,
+            };
+            if let Some(k) = kind {
+                shard.up.endpoints[ep].error(k);
+                if !reused && health::counts_as_failure(k) {
+                    let t = rt.upstreams[ep].health.report_failure(health::now_ms());
+                    note_transition(rt, ep, t);
+                }
             }
+            drop(picked);
+            // Another endpoint: a connect failure always (nothing was sent),
+            // a failure before any response byte for a retryable request.
+            let again = attempt < retries
+                && match f {
+                    Fail::Upstream(k) if k.is_connect() => {
+                        shard.up.retry(RetryReason::Connect);
+                        true
+                    }
+                    Fail::UpstreamEarly(_) if retryable => {
+                        shard.up.retry(RetryReason::Reset);
+                        true
+                    }
+                    _ => false,
+                };
+            if !again {
+                return self.failed(f, cluster_ix).await;
+            }
+            attempt += 1;
+            self.x().rec.retries += 1;
+        }
+    }
+
+    /// One try on endpoint `ep`: connect (or reuse), exchange, keep or drop
+    /// the connections. `Err` carries the failure and whether the upstream
+    /// connection came from the pool.
+    async fn attempt(
+        &mut self,
+        ep: usize,
+        cluster_ix: usize,
+        filtered: bool,
+        upgrade: bool,
+        retryable: bool,
+        fresh: bool,
+    ) -> Result<Next, (Fail, bool)> {
+        let shard = self.shard.clone();
+        let rt = &shard.rt;
+        let coalesced = self.write_upstream_head(ep, filtered, upgrade);
+        let (up, reused) = self
+            .acquire_upstream(ep, !retryable, fresh)
+            .await
+            .map_err(|k| (Fail::Upstream(k), false))?;
+        let (end, body_done, ttfb) = self
+            .exchange(&up, reused, coalesced, filtered, upgrade)
+            .await
+            .map_err(|f| (f, reused))?;
+        let li = self.li;
+        let x = self.x();
+        let status = x.resp.status;
+        if let Some(us) = ttfb {
+            shard.up.endpoints[ep].ttfb(us);
+            shard.counters.upstream_time(cluster_ix, us);
+            x.rec.upstream_us = Some(us);
+        }
+        let t = rt.upstreams[ep]
+            .health
+            .report_status(status, health::now_ms());
+        note_transition(rt, ep, t);
+        x.rec.status = status;
+        x.rec.decision = Decision::Forwarded;
+        if end.tunnel {
+            return Ok(self.tunnel(up).await);
+        }
+        shard.counters.response(li, status);
+        if end.upstream_reusable && x.resp.keep_alive && body_done {
+            shard.pool.put(ep, up, shard.driver.now());
+        }
+        Ok(if end.client_keep && body_done {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        })
+    }
+
+    /// Writes the request head for endpoint `ep` into `out` (the Host of an
+    /// HTTP/1.0 request without one is the endpoint's address), with a whole
+    /// small body already read appended. Returns the body bytes appended.
+    fn write_upstream_head(&mut self, ep: usize, filtered: bool, upgrade: bool) -> u64 {
+        let shard = self.shard.clone();
+        let rt = &shard.rt;
+        let filters = &rt.listeners[self.li].filters;
+        let ip_text = self.ip_text;
+        let x = self.x();
+        let base = &x.cbuf[x.cstart..x.cend];
+        let edits = filtered.then_some((filters, &x.walk));
+        let via = rt.config.via.name().map(str::as_bytes);
+        let endpoint = rt.upstreams[ep].addr.get().unwrap_or(rt.endpoints[ep]);
+        wire::write_request_head_via(&mut x.out, base, &x.req, &ip_text, endpoint, edits, via);
+        // Expect goes to the origin, which may refuse before the body
+        // comes (RFC 9110 §10.1.1); the client gets its 100 or its answer.
+        if x.req.expect_continue {
+            append_fields(&mut x.out, &[b"Expect: 100-continue\r\n"]);
+        }
+        if upgrade {
             if let Some(u) = upgrade_request(&x.req, base) {
                 append_fields(
                     &mut x.out,
@@ -83,62 +217,16 @@ impl Conn {
                 );
             }
         }
-        let body = x.req.body;
         let body_at = x.cstart + x.req.head_len;
         let buffered = x.cend - body_at;
-        // A whole small body already read rides in the head's write.
-        let mut coalesced = 0u64;
-        if let BodyKind::Length(n) = body {
+        if let BodyKind::Length(n) = x.req.body {
             let n = n as usize;
             if n > 0 && n <= buffered && x.out.len() + n <= x.out.capacity() {
                 x.out.extend_from_slice(&x.cbuf[body_at..body_at + n]);
-                coalesced = n as u64;
+                return n as u64;
             }
         }
-        let has_body = !matches!(body, BodyKind::None | BodyKind::Length(0));
-        let retryable = x.req.method.is_idempotent() && !has_body && !upgrade;
-
-        let mut retried = false;
-        let head_at = x.cstart;
-        let (up, end, body_done) = loop {
-            // An attempt consumes the head from `cbuf`; a retry starts from it again.
-            self.x().cstart = head_at;
-            // The retry always dials a fresh connection.
-            let (up, reused) = match self.acquire_upstream(ep, !retryable, retried).await {
-                Ok(x) => x,
-                Err(kind) => return self.failed(Fail::Upstream(kind)).await,
-            };
-            match self
-                .exchange(&up, reused, coalesced, filtered, upgrade)
-                .await
-            {
-                Ok((end, body_done)) => break (up, end, body_done),
-                Err(Fail::UpstreamEarly(kind)) if reused && retryable && !retried => {
-                    crate::log_debug!(
-                        "upstream",
-                        "pooled upstream failed early ({kind:?}), retrying"
-                    );
-                    shard.counters.upstream_retries.inc();
-                    retried = true;
-                }
-                Err(f) => return self.failed(f).await,
-            }
-        };
-        if end.tunnel {
-            return self.tunnel(up).await;
-        }
-        let li = self.li;
-        let x = self.x();
-        let status = x.resp.status;
-        shard.counters.response(li, status);
-        if end.upstream_reusable && x.resp.keep_alive && body_done {
-            shard.pool.put(ep, up, shard.driver.now());
-        }
-        if end.client_keep && body_done {
-            Next::KeepAlive
-        } else {
-            Next::Close
-        }
+        0
     }
 
     /// A pooled connection if one is fresh (checked alive when the request could
@@ -157,7 +245,11 @@ impl Conn {
             }
         }
         shard.counters.upstream_connects.inc();
-        let addr = shard.rt.endpoints[ep];
+        shard.up.endpoints[ep].connects.inc();
+        let Some(addr) = shard.rt.upstreams[ep].addr.get() else {
+            // A name that never resolved.
+            return Err(UpstreamError::ConnectOther);
+        };
         match Sock::connect(&shard.driver, addr, shard.rt.timeouts.upstream_connect).await {
             Ok(s) => Ok((s, false)),
             Err(e) => Err(match e.kind() {
@@ -178,7 +270,7 @@ impl Conn {
         coalesced: u64,
         filtered: bool,
         upgrade: bool,
-    ) -> Result<(ResponseEnd, bool), Fail> {
+    ) -> Result<(ResponseEnd, bool, Option<u64>), Fail> {
         let shard = self.shard.clone();
         let t = &shard.rt.timeouts;
         up.set_write_timeout(Some(t.upstream_idle));
@@ -196,6 +288,8 @@ impl Conn {
             }
         };
         up.write_all(&x.out).await.map_err(|e| early(&e))?;
+        let sent_at = shard.driver.now();
+        let head_seen = std::cell::Cell::new(None);
         let body = x.req.body;
         let has_body = !matches!(body, BodyKind::None | BodyKind::Length(0))
             && !matches!(body, BodyKind::Length(n) if n == coalesced);
@@ -235,10 +329,10 @@ impl Conn {
             walk: &x.walk,
             filtered,
             upgrade,
-            reused,
             sent,
             body_read: &finished,
             via: shard.rt.config.via.name().map(str::as_bytes),
+            head_seen: &head_seen,
         };
         let mut up_fut = pin!(upload.run());
         let mut down_fut = pin!(download.run());
@@ -257,15 +351,19 @@ impl Conn {
             down_fut.as_mut().poll(cx)
         })
         .await?;
-        Ok((end, matches!(up_done, Some(Ok(())))))
+        let ttfb = head_seen
+            .get()
+            .map(|t| t.saturating_duration_since(sent_at).as_micros() as u64);
+        Ok((end, matches!(up_done, Some(Ok(()))), ttfb))
     }
 
     /// Ends a failed exchange: an answer if the client has seen nothing yet, else a close.
-    pub(super) async fn failed(&mut self, f: Fail) -> Next {
+    pub(super) async fn failed(&mut self, f: Fail, cluster_ix: usize) -> Next {
         let shard = self.shard.clone();
         let status = match f {
             Fail::UpstreamEarly(kind) | Fail::Upstream(kind) => {
-                shard.counters.upstream_error(kind);
+                shard.counters.cluster_upstream_error(cluster_ix, kind);
+                self.x().rec.decision = Decision::UpstreamError(kind);
                 crate::log_debug!("upstream", "upstream error: {}", kind.label());
                 match kind {
                     UpstreamError::ConnectTimeout
@@ -274,8 +372,16 @@ impl Conn {
                     _ => 502,
                 }
             }
-            Fail::ClientGone => return Next::Close,
+            Fail::ClientGone => {
+                // nginx's 499: the client closed before its answer was done.
+                let x = self.x();
+                if x.rec.status == 0 {
+                    x.rec.status = 499;
+                }
+                return Next::Close;
+            }
             Fail::ClientBad(e) => {
+                self.x().rec.decision = Decision::BadRequest(e);
                 if e == zgix_parser::ParseError::BodyTooLarge {
                     self.refund_token();
                 }
@@ -286,5 +392,28 @@ impl Conn {
             self.refuse(status, None).await;
         }
         Next::Close
+    }
+}
+
+/// Logs an endpoint's ejection or recovery (operator-facing, rate-limited).
+fn note_transition(rt: &Runtime, ep: usize, t: health::Transition) {
+    let u = &rt.upstreams[ep];
+    let cluster = &rt.clusters[u.cluster].name;
+    match t {
+        health::Transition::Ejected(ms) => {
+            crate::log_warn!(
+                "upstream",
+                "clusters.{cluster}: {} ejected for {ms} ms",
+                u.label
+            )
+        }
+        health::Transition::Recovered => {
+            crate::log_info!(
+                "upstream",
+                "clusters.{cluster}: {} answered its trial; back in",
+                u.label
+            )
+        }
+        health::Transition::None => {}
     }
 }

@@ -22,7 +22,6 @@ use forward::append_fields;
 
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use zgix_admission::{ClientId, ConnGuard};
@@ -78,6 +77,15 @@ pub struct Exchange {
     resp_chunked: ChunkedDecoder,
     /// A chunked request body re-encoded for the origin (sized on first use).
     body_out: Vec<u8>,
+    /// The access-log record of the current request, and what it needs of
+    /// the head once the buffer holds body bytes: the method, the query,
+    /// the client's byte counters when the head began.
+    rec: crate::access_log::Record,
+    rec_method: Vec<u8>,
+    rec_query: Vec<u8>,
+    rec_has_query: bool,
+    rec_rx0: u64,
+    rec_tx0: u64,
     walk: Walk,
 }
 
@@ -98,6 +106,16 @@ impl Exchange {
             req_chunked: ChunkedDecoder::new(u64::MAX),
             resp_chunked: ChunkedDecoder::new(u64::MAX),
             body_out: Vec::new(),
+            rec: crate::access_log::Record::new(
+                li,
+                std::net::Ipv4Addr::UNSPECIFIED.into(),
+                ([0, 0, 0, 0], 0).into(),
+            ),
+            rec_method: Vec::with_capacity(16),
+            rec_query: Vec::new(),
+            rec_has_query: false,
+            rec_rx0: 0,
+            rec_tx0: 0,
             walk: rt.listeners[li]
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
@@ -174,6 +192,8 @@ pub struct Conn {
     shard: Rc<Shard>,
     li: usize,
     client: Sock,
+    /// The TCP peer.
+    peer: SocketAddr,
     /// The client's address: the PROXY header's source, else the peer.
     ip: IpAddr,
     /// `ip` as text, for X-Forwarded-For.
@@ -194,12 +214,12 @@ pub struct Conn {
 /// Serves one accepted connection to its end.
 pub async fn serve(shard: Rc<Shard>, li: usize, client: Sock, peer: SocketAddr) {
     let counters = shard.counters.clone();
-    counters.active_connections.fetch_add(1, Ordering::Relaxed);
+    counters.connection_opened(li);
     counters.listeners[li].connections.inc();
     let mut conn = Conn::new(shard.clone(), li, client, peer);
     conn.run().await;
     drop(conn);
-    counters.active_connections.fetch_sub(1, Ordering::Relaxed);
+    counters.connection_closed(li);
     shard.connection_closed();
 }
 
@@ -211,6 +231,7 @@ impl Conn {
         Conn {
             li,
             client,
+            peer,
             ip,
             ip_text: wire::IpText::new(ip),
             id: ClientId::from_ip(ip),
@@ -253,13 +274,17 @@ impl Conn {
                 head::HeadRead::TimedOut => {
                     // A head that started but did not finish in time: RFC 9110 §15.5.9.
                     if self.x.as_ref().is_some_and(|x| x.has_pending()) {
+                        let tx0 = self.client.bytes_written();
                         self.refuse(408, None).await;
+                        self.record_unparsed(crate::decision::Decision::ClientTimeout, tx0);
                         self.close_gracefully().await;
                     }
                     return;
                 }
                 head::HeadRead::Bad(e) => {
+                    let tx0 = self.client.bytes_written();
                     self.refuse(status_for(e), None).await;
+                    self.record_unparsed(crate::decision::Decision::BadRequest(e), tx0);
                     self.close_gracefully().await;
                     return;
                 }
@@ -287,6 +312,7 @@ impl Conn {
             self.x = Some(take_exchange(&shard, self.li));
         }
         let x = self.x.as_mut().expect("just set");
+        x.rec.status = status;
         write_refusal(&mut x.out, status, retry_after);
         shard.counters.response(self.li, status);
         self.sent = true;

@@ -11,21 +11,22 @@
 //! are not refused while the first probes run.
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpStream;
 use zgix_config::Active;
 
+use crate::io::{Driver, Sock};
 use crate::runtime::Runtime;
 
 /// Bytes read for the status line: `HTTP/1.1 200` plus the separator.
 const STATUS_LINE_PREFIX: usize = 13;
 
-/// Probes every actively checked endpoint until the runtime drains.
-pub async fn run_prober(rt: Arc<Runtime>) {
+/// Probes every actively checked endpoint until the runtime drains. Runs on
+/// the shard's `driver` (its sockets and timers), like everything of a shard.
+pub async fn run_prober(rt: Arc<Runtime>, driver: Rc<Driver>) {
     let mut tasks = Vec::new();
     for c in &rt.clusters {
         let Some(active) = &c.active else { continue };
@@ -33,7 +34,7 @@ pub async fn run_prober(rt: Arc<Runtime>) {
         let interval = Duration::from_millis(active.interval_ms);
         for (i, &ep) in c.endpoints.iter().enumerate() {
             let stagger = interval * i as u32 / n.max(1);
-            let task = probe_loop(rt.clone(), ep, active.clone(), stagger);
+            let task = probe_loop(rt.clone(), driver.clone(), ep, active.clone(), stagger);
             tasks.push(glommio::spawn_local(task));
         }
     }
@@ -42,7 +43,13 @@ pub async fn run_prober(rt: Arc<Runtime>) {
     }
 }
 
-async fn probe_loop(rt: Arc<Runtime>, ep: usize, active: Active, stagger: Duration) {
+async fn probe_loop(
+    rt: Arc<Runtime>,
+    driver: Rc<Driver>,
+    ep: usize,
+    active: Active,
+    stagger: Duration,
+) {
     let u = &rt.upstreams[ep];
     let cluster = &rt.clusters[u.cluster].name;
     let host = active.host.as_deref().unwrap_or(&u.label);
@@ -53,12 +60,12 @@ async fn probe_loop(rt: Arc<Runtime>, ep: usize, active: Active, stagger: Durati
     let interval = Duration::from_millis(active.interval_ms);
     let timeout = Duration::from_millis(active.timeout_ms);
     let (mut good, mut bad) = (0u32, 0u32);
-    glommio::timer::sleep(stagger).await;
+    driver.sleep(stagger).await;
     while !rt.draining.load(Relaxed) {
         let started = Instant::now();
         let verdict = match u.addr.get() {
             None => Err("the name has not resolved".to_string()),
-            Some(addr) => match probe_once(addr, request.as_bytes(), timeout).await {
+            Some(addr) => match probe_once(&driver, addr, request.as_bytes(), timeout).await {
                 Ok(s) if active.expect_status.contains(&s) => Ok(()),
                 Ok(s) => Err(format!("status {s}")),
                 Err(e) => Err(e),
@@ -84,20 +91,22 @@ async fn probe_loop(rt: Arc<Runtime>, ep: usize, active: Active, stagger: Durati
                 }
             }
         }
-        glommio::timer::sleep(interval.saturating_sub(started.elapsed())).await;
+        driver
+            .sleep(interval.saturating_sub(started.elapsed()))
+            .await;
     }
 }
 
 /// One probe: connect, send `request`, read the status line, all within
 /// `timeout`. Returns the status code, or why the probe failed.
 pub async fn probe_once(
+    driver: &Rc<Driver>,
     addr: SocketAddr,
     request: &[u8],
     timeout: Duration,
 ) -> Result<u16, String> {
-    let deadline = Instant::now() + timeout;
     let exchange = async {
-        let mut s = TcpStream::connect_timeout(addr, timeout)
+        let s = Sock::connect(driver, addr, timeout)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         s.write_all(request)
@@ -114,10 +123,9 @@ pub async fn probe_once(
         }
         parse_status(&buf[..got])
     };
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    match glommio::timer::timeout(remaining, async { Ok(exchange.await) }).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("no status line within {} ms", timeout.as_millis())),
+    match driver.timeout(timeout, exchange).await {
+        Some(r) => r,
+        None => Err(format!("no status line within {} ms", timeout.as_millis())),
     }
 }
 
@@ -211,23 +219,30 @@ mod tests {
         o
     }
 
+    /// Runs `f` on a glommio executor with a zgix driver turning beside it.
     fn on_executor<F: std::future::Future<Output = ()> + 'static>(
-        f: impl FnOnce() -> F + Send + 'static,
+        f: impl FnOnce(Rc<Driver>) -> F + Send + 'static,
     ) {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .io_memory(crate::shard::IO_MEMORY)
-            .spawn(move || async move { f().await })
+            .spawn(move || async move {
+                let d = Driver::new(&crate::io::Options::new(crate::io::Kind::Epoll)).unwrap();
+                let t = glommio::spawn_local(d.clone().run());
+                f(d.clone()).await;
+                d.stop();
+                t.await;
+            })
             .unwrap()
             .join()
             .unwrap();
     }
 
-    /// Waits (bounded) until `cond` holds, checking every 5 ms on the executor's timer.
-    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    /// Waits (bounded) until `cond` holds, checking every 5 ms on the driver's timer.
+    async fn until(d: &Rc<Driver>, what: &str, mut cond: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !cond() {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            glommio::timer::sleep(Duration::from_millis(5)).await;
+            d.sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -242,10 +257,10 @@ mod tests {
             o.addr
         );
         let rt = Arc::new(Runtime::new(Config::from_json(&text).unwrap(), 1));
-        on_executor(move || async move {
-            let prober = glommio::spawn_local(run_prober(rt.clone()));
+        on_executor(move |d| async move {
+            let prober = glommio::spawn_local(run_prober(rt.clone(), d.clone()));
             let h = &rt.upstreams[0].health;
-            until("a first probe", || o.probes.load(Relaxed) >= 1).await;
+            until(&d, "a first probe", || o.probes.load(Relaxed) >= 1).await;
             assert_eq!(h.availability(0), Avail::Up);
             let head = o.first_head.lock().unwrap().clone();
             assert!(
@@ -256,13 +271,13 @@ mod tests {
 
             o.status.store(503, Relaxed);
             let at = o.probes.load(Relaxed);
-            until("down", || h.availability(0) == Avail::Down).await;
+            until(&d, "down", || h.availability(0) == Avail::Down).await;
             // Not before `unhealthy` (3) bad probes.
             assert!(o.probes.load(Relaxed) >= at + 3);
 
             o.status.store(204, Relaxed);
             let at = o.probes.load(Relaxed);
-            until("up again", || h.availability(0) == Avail::Up).await;
+            until(&d, "up again", || h.availability(0) == Avail::Up).await;
             assert!(o.probes.load(Relaxed) >= at + 2);
 
             rt.draining.store(true, Relaxed);
@@ -279,11 +294,18 @@ mod tests {
             .unwrap();
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let silent_addr = silent.local_addr().unwrap();
-        on_executor(move || async move {
-            let r = probe_once(dead, b"GET / HTTP/1.1\r\n\r\n", Duration::from_millis(500)).await;
+        on_executor(move |d| async move {
+            let r = probe_once(
+                &d,
+                dead,
+                b"GET / HTTP/1.1\r\n\r\n",
+                Duration::from_millis(500),
+            )
+            .await;
             assert!(r.as_ref().unwrap_err().starts_with("connect:"), "{r:?}");
             // Accepted by the kernel backlog, never answered.
             let r = probe_once(
+                &d,
                 silent_addr,
                 b"GET / HTTP/1.1\r\n\r\n",
                 Duration::from_millis(50),

@@ -19,6 +19,9 @@ pub struct Sock {
     fd: RawFd,
     read_timeout: Cell<Option<Duration>>,
     write_timeout: Cell<Option<Duration>>,
+    /// Bytes read from and written to the socket so far (access log).
+    rx: Cell<u64>,
+    tx: Cell<u64>,
 }
 
 impl Drop for Sock {
@@ -48,6 +51,8 @@ impl Sock {
             fd,
             read_timeout: Cell::new(None),
             write_timeout: Cell::new(None),
+            rx: Cell::new(0),
+            tx: Cell::new(0),
         })
     }
 
@@ -145,6 +150,16 @@ impl Sock {
         &self.driver
     }
 
+    /// Bytes read from the socket so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.rx.get()
+    }
+
+    /// Bytes written to the socket so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.tx.get()
+    }
+
     pub fn set_read_timeout(&self, d: Option<Duration>) {
         self.read_timeout.set(d);
     }
@@ -178,6 +193,9 @@ impl Sock {
                 }
             };
             if let Some(r) = got {
+                if let Ok(n) = r {
+                    self.rx.set(self.rx.get() + n as u64);
+                }
                 return Poll::Ready(r);
             }
             let dl = *deadline.get_or_insert_with(|| self.read_deadline());
@@ -255,6 +273,7 @@ impl Sock {
     pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
             let n = self.write(buf).await?;
+            self.tx.set(self.tx.get() + n as u64);
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }

@@ -50,6 +50,16 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// The connection could not be made: nothing of the request was sent.
+    pub fn is_connect(self) -> bool {
+        matches!(
+            self,
+            UpstreamError::ConnectRefused
+                | UpstreamError::ConnectTimeout
+                | UpstreamError::ConnectOther
+        )
+    }
+
     pub const ALL: [UpstreamError; 7] = [
         UpstreamError::ConnectRefused,
         UpstreamError::ConnectTimeout,
@@ -220,7 +230,6 @@ pub struct ShardCounters {
     pub conn_limit_full: Counter,
     pub waf_blocked: Counter,
     pub upstream_errors: [Counter; UpstreamError::ALL.len()],
-    pub upstream_retries: Counter,
     pub upstream_connects: Counter,
     pub refused_connections: [Counter; ConnRefusal::ALL.len()],
     pub active_connections: AtomicI64,

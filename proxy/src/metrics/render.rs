@@ -169,12 +169,6 @@ impl Metrics {
         }
         counter(
             o,
-            "zgix_upstream_retries_total",
-            "Idempotent requests retried once on a fresh upstream connection.",
-            self.sum(|s| s.upstream_retries.get()),
-        );
-        counter(
-            o,
             "zgix_upstream_connects_total",
             "Upstream connections opened.",
             self.sum(|s| s.upstream_connects.get()),

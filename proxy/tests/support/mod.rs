@@ -170,7 +170,12 @@ impl Origin {
 
     /// An origin whose answers carry `x-origin: {name}`.
     pub fn named(name: &str) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind origin");
+        Origin::named_at(name, "127.0.0.1:0".parse().unwrap())
+    }
+
+    /// An origin named `name` listening on `addr` (a port a test freed).
+    pub fn named_at(name: &str, addr: SocketAddr) -> Origin {
+        let listener = TcpListener::bind(addr).expect("bind origin");
         let addr = listener.local_addr().expect("origin addr");
         let state = Arc::new(OriginState {
             name: name.to_string(),
@@ -1404,15 +1409,27 @@ pub fn with_test_defaults(json: &str) -> String {
     v.to_string()
 }
 
-/// The value of an unlabelled series in zgix's `/metrics` (started with `admin()`).
+/// zgix's `/metrics` text (started with an admin endpoint).
+#[track_caller]
+pub fn metrics_text(zgix: &Zgix) -> String {
+    let admin = zgix.admin.expect("zgix started without admin");
+    let mut c = Client::connect(admin);
+    let resp = c.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    assert_eq!(resp.status, 200, "metrics: {}", resp.show());
+    String::from_utf8(resp.body).expect("/metrics is UTF-8")
+}
+
+/// The value of the series `key` (name and labels, exactly) in `text`.
+#[track_caller]
+pub fn series(text: &str, key: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in metrics:\n{text}"))
+}
+
+/// The value of an unlabelled series in zgix's `/metrics`.
 #[track_caller]
 pub fn metric(zgix: &Zgix, name: &str) -> f64 {
-    let admin = zgix.admin.expect("zgix started without admin");
-    let mut client = Client::connect(admin);
-    let resp = client.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    let text = String::from_utf8(resp.body).expect("/metrics is UTF-8");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
+    series(&metrics_text(zgix), name)
 }
