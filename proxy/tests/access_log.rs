@@ -1,0 +1,203 @@
+//! The access log through the request path: one line per request with its status and decision, in both formats; a full buffer drops and counts lines without slowing or failing requests.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use support::*;
+
+/// A fresh log path for this test process.
+fn log_path(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("zgix-access-{tag}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// One zgix with every kind of answer reachable: listener 0 (`edge`) has a
+/// connection limit of 1, the WAF, a redirect filter and a route to a dead
+/// cluster; listener 1 (`rated`) a rate limit with a burst of 1.
+fn start(origin: &Origin, path: &Path, format: &str) -> Zgix {
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    Zgix::start_json(&format!(
+        r#"{{"cpus":[0],"access_log":{{"path":"{}","format":"{format}"}},
+"listeners":[
+ {{"bind":"127.0.0.1:0","name":"edge","http":{{"cluster":"api","conn_limit":{{"max":1}},
+   "waf":{{"deny":["evil"],"status":403}},
+   "request_filters":[
+     {{"name":"to-new","match":{{"path":{{"prefix":"/redir"}}}},"action":{{"redirect":{{"status":301,"location":"/new"}}}}}},
+     {{"match":{{"path":{{"prefix":"/dead"}}}},"action":{{"route":{{"cluster":"dead"}}}}}}]}}}},
+ {{"bind":"127.0.0.1:0","name":"rated","http":{{"cluster":"api","rate_limit":{{"requests":1,"window_ms":3600000,"burst":1}}}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}},"dead":{{"endpoints":["{dead}"],"retries":0}}}}}}"#,
+        path.display(),
+        origin.addr()
+    ))
+}
+
+/// Sends the traffic; returns the (status, decision) each line must carry, in order.
+fn traffic(z: &Zgix) -> Vec<(u16, &'static str)> {
+    let edge = z.listeners[0];
+    let rated = z.listeners[1];
+    let mut held = Client::connect(edge);
+    assert_eq!(held.get("/").status, 200);
+    let mut c = Client::connect(edge);
+    assert_eq!(c.get("/").status, 503);
+    assert_eq!(held.get("/redir/x").status, 301);
+    assert_eq!(held.get("/dead/x").status, 502);
+    drop(held);
+    // The 502 closed the held connection; wait until its slot is free.
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let waf = loop {
+        let mut c = Client::connect(edge);
+        let r = c.get("/evil");
+        if r.status != 503 || Instant::now() > deadline {
+            break r.status;
+        }
+    };
+    assert_eq!(waf, 403);
+    let mut bad = Client::connect(edge);
+    let r = bad.request(b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n");
+    assert_eq!(r.status, 400);
+    let mut r1 = Client::connect(rated);
+    assert_eq!(r1.get("/").status, 200);
+    let _ = r1.try_send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r1.read_response().status, 429);
+    vec![
+        (200, "forwarded"),
+        (503, "conn_limited"),
+        (301, "filter:to-new"),
+        (502, "upstream_error:connect_refused"),
+        (403, "waf"),
+        (400, "bad_request:malformed"),
+        (200, "forwarded"),
+        (429, "rate_limited"),
+    ]
+}
+
+#[test]
+fn every_answer_is_one_json_line_with_its_status_and_decision() {
+    let origin = Origin::start();
+    let path = log_path("json");
+    let z = start(&origin, &path, "json");
+    let want = traffic(&z);
+    // 503s retried while the slot was freeing are logged too: skip them.
+    let got: Vec<serde_json::Value> = wait_json(&path, want.len());
+    let got: Vec<(u16, String)> = got
+        .iter()
+        .map(|v| {
+            (
+                v["status"].as_u64().unwrap() as u16,
+                v["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let got = dedup_retry_503s(got);
+    let want: Vec<(u16, String)> = want.into_iter().map(|(s, d)| (s, d.to_string())).collect();
+    assert_eq!(got, want);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn every_answer_is_one_text_line_with_its_status_and_decision() {
+    let origin = Origin::start();
+    let path = log_path("text");
+    let z = start(&origin, &path, "text");
+    let want = traffic(&z);
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let got = loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let got: Vec<(u16, String)> = text.lines().map(text_status_decision).collect();
+        let got = dedup_retry_503s(got);
+        if got.len() >= want.len() || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::yield_now();
+    };
+    let want: Vec<(u16, String)> = want.into_iter().map(|(s, d)| (s, d.to_string())).collect();
+    assert_eq!(got, want);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Status and decision of a text line: `... "METHOD PATH VERSION" STATUS ... "DECISION"`.
+fn text_status_decision(line: &str) -> (u16, String) {
+    let decision = line.rsplit('"').nth(1).unwrap_or("").to_string();
+    let after_request = line.split("\" ").find_map(|part| {
+        let code = part.split(' ').next()?;
+        (code.len() == 3)
+            .then(|| code.parse::<u16>().ok())
+            .flatten()
+    });
+    (after_request.unwrap_or(0), decision)
+}
+
+/// The WAF request may first meet the connection limit again (the held
+/// connection's slot frees asynchronously): fold extra 503s after the first.
+fn dedup_retry_503s(v: Vec<(u16, String)>) -> Vec<(u16, String)> {
+    let mut out: Vec<(u16, String)> = Vec::new();
+    for e in v {
+        if e.0 == 503 && out.iter().any(|o| o.0 == 503) && out.iter().any(|o| o.0 == 502) {
+            continue;
+        }
+        out.push(e);
+    }
+    out
+}
+
+fn wait_json(path: &Path, at_least: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let v: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        let useful = dedup_retry_503s(
+            v.iter()
+                .map(|x| (x["status"].as_u64().unwrap_or(0) as u16, String::new()))
+                .collect(),
+        )
+        .len();
+        if useful >= at_least || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_full_log_buffer_drops_and_counts_lines_and_never_fails_a_request() {
+    let origin = Origin::start();
+    let path = log_path("tiny");
+    let z = Zgix::start_json(&format!(
+        r#"{{"cpus":[0],"admin":{{"bind":"127.0.0.1:0"}},"access_log":{{"path":"{}","buffer_bytes":512}},
+"listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+        path.display(),
+        origin.addr()
+    ));
+    // 8 clients back to back: far more lines per flush than 512 bytes hold.
+    let addr = z.addr();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for _ in 0..500 {
+                    assert_eq!(c.get("/").status, 200);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let m = metrics_text(&z);
+    let dropped = series(&m, "zgix_access_log_dropped_total");
+    let written = series(&m, "zgix_access_log_lines_total");
+    assert!(dropped > 0.0, "no line dropped:\n{m}");
+    assert_eq!(dropped + written, 4000.0, "{m}");
+    let _ = std::fs::remove_file(&path);
+}
