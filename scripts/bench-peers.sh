@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Benchmarks zgix against nginx and HAProxy in front of the same zgix-bench
-# origin, plus a bare TCP relay and a direct run to the origin, with admission
-# controls off and on.
+# Benchmarks zgix (io_uring and epoll drivers) against nginx and HAProxy in
+# front of the same zgix-bench origin, plus a bare TCP relay and a direct run
+# to the origin, with admission controls off and on: requests/s, latency, the
+# proxy process's CPU per request and (--syscalls) syscalls per request.
 set -euo pipefail
 
 usage() {
     cat <<'USAGE'
 usage: scripts/bench-peers.sh [options]
 
-Puts one zgix-bench origin behind zgix (1 shard), nginx (1 worker) and HAProxy
+Puts one zgix-bench origin behind zgix (1 shard, io_uring driver), the same
+zgix config on the epoll driver (zgix-epoll), nginx (1 worker) and HAProxy
 (1 thread), all on 127.0.0.1, plus a bare TCP relay and a direct run, and
-loads each with `wrk -t1 -cN --latency` in interleaved rounds (zgix nginx
-haproxy relay direct, zgix nginx ...). Prints, per admission mode, the median
-requests/s, p50 and p99 of each target, its ratio to zgix, and the median of
-the per-round ratios of zgix to each target.
+loads each with `wrk -t1 -cN --latency` in interleaved rounds (zgix
+zgix-epoll nginx haproxy relay direct, zgix ...). Prints, per admission mode,
+the median requests/s, p50 and p99 of each target, the proxy process's CPU
+microseconds per request (user and system apart, every thread, from
+/proc/PID/stat), the ratios to zgix, the median of the per-round ratios of
+zgix to each target, and zgix's CPU per request against the better of nginx
+and HAProxy.
 
   --rounds N        rounds per mode (default 5)
   --duration S      seconds per wrk run (default 5)
@@ -22,7 +27,8 @@ the per-round ratios of zgix to each target.
                     (on = rate limit set high enough never to refuse, connection
                     limit, WAF deny list; nginx limit_req/limit_conn/if, HAProxy
                     stick-table + http-request deny)
-  --targets LIST    any of zgix,nginx,haproxy,relay,direct (default all five).
+  --targets LIST    any of zgix,zgix-epoll,nginx,haproxy,relay,direct (default
+                    all six). zgix-epoll is zgix's config with io.driver epoll.
                     relay is HAProxy in TCP mode (1 thread): it copies
                     bytes between a client connection and its own upstream
                     connection and parses nothing, so it marks what any proxy
@@ -31,13 +37,24 @@ the per-round ratios of zgix to each target.
   --body-bytes N    origin response body size (default 64)
   --fixed-rate R    after the wrk rounds, offer R requests/s open loop
                     (zgix-bench load, --connections connections) to each proxy
-                    and report the proxy core's CPU time per request; zgix runs
-                    with busy polling off for this part so its CPU share is its
-                    work (default 10000; 0 skips it)
+                    and report the proxy's CPU time per request and p99; zgix
+                    runs with busy polling off for this part so its CPU time is
+                    its work (default 10000; 0 skips it)
   --rate-rounds N   interleaved rounds of the fixed-rate part (default 3)
+  --busy-poll-us N  zgix's limits.busy_poll_us in the wrk rounds (default 0:
+                    busy polling off, so the CPU per request at saturation is
+                    work, not polling; the fixed-rate and syscall parts always
+                    use 0)
+  --syscalls        after the fixed-rate part, count each proxy's syscalls per
+                    request: strace -c -f -p on its serving processes over one
+                    wrk run of --duration seconds per round; and, when perf
+                    is installed, perf stat's count of the raw_syscalls:sys_enter
+                    tracepoint (no stop per call) over a wrk run and a
+                    --fixed-rate run
+  --syscall-rounds N  interleaved rounds of the syscall part (default 1)
   --base-port P     first of the local ports used (default 18080; uses P..P+9)
   --no-install      do not apt-get install missing wrk/nginx/haproxy (python3
-                    for --fixed-rate)
+                    for --fixed-rate, strace for --syscalls)
   --no-build        do not cargo build; use $ZGIX_BIN / $ZGIX_BENCH_BIN or the
                     release binaries under $CARGO_TARGET_DIR (default ./target)
   -h, --help        this text
@@ -50,8 +67,9 @@ stopped on exit.
 USAGE
 }
 
-rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,nginx,haproxy,relay,direct"
-body_bytes=64 base_port=18080 install=1 build=1 fixed_rate=10000 rate_rounds=3
+rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,zgix-epoll,nginx,haproxy,relay,direct"
+body_bytes=64 base_port=18080 install=1 build=1 fixed_rate=10000 rate_rounds=3 busy_poll=0
+syscalls=0 syscall_rounds=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
@@ -63,18 +81,21 @@ while [ $# -gt 0 ]; do
         --base-port) base_port="$2"; shift 2 ;;
         --fixed-rate) fixed_rate="$2"; shift 2 ;;
         --rate-rounds) rate_rounds="$2"; shift 2 ;;
+        --busy-poll-us) busy_poll="$2"; shift 2 ;;
+        --syscalls) syscalls=1; shift ;;
+        --syscall-rounds) syscall_rounds="$2"; shift 2 ;;
         --no-install) install=0; shift ;;
         --no-build) build=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-peers: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds"; do
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
 IFS=, read -r -a target_list <<<"$targets"
 for t in "${target_list[@]}"; do
-    case "$t" in zgix|nginx|haproxy|direct|relay) ;; *) echo "bench-peers: unknown target $t" >&2; exit 2 ;; esac
+    case "$t" in zgix|zgix-epoll|nginx|haproxy|direct|relay) ;; *) echo "bench-peers: unknown target $t" >&2; exit 2 ;; esac
 done
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -85,6 +106,7 @@ missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 # The fixed-rate phase reads zgix-bench load's JSON report with python3.
 if [ "$fixed_rate" -gt 0 ]; then command -v python3 >/dev/null || missing+=(python3); fi
+if [ "$syscalls" = 1 ]; then command -v strace >/dev/null || missing+=(strace); fi
 if has nginx; then command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx); fi
 if has haproxy || has relay; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -112,23 +134,18 @@ PATH="$PATH:/usr/sbin:/sbin"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 if [ "$build" = 1 ]; then
     pkgs=(-p zgix-bench)
-    has zgix && pkgs+=(-p zgix)
+    { has zgix || has zgix-epoll; } && pkgs+=(-p zgix)
     (cd "$root" && cargo build --release -q "${pkgs[@]}")
 fi
 bench_bin="${ZGIX_BENCH_BIN:-$target_dir/release/zgix-bench}"
 zgix_bin="${ZGIX_BIN:-$target_dir/release/zgix}"
 [ -x "$bench_bin" ] || { echo "bench-peers: no zgix-bench at $bench_bin" >&2; exit 1; }
-if has zgix && [ ! -x "$zgix_bin" ]; then
+if { has zgix || has zgix-epoll; } && [ ! -x "$zgix_bin" ]; then
     echo "bench-peers: no zgix at $zgix_bin (build it or leave zgix out of --targets)" >&2; exit 1
 fi
 # io_uring needs locked memory (zgix and the origin are glommio programs).
 ulimit -l unlimited 2>/dev/null || ulimit -l "$(ulimit -Hl)" 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-# HAProxy refuses to start when maxconn needs more descriptors than it may
-# open (two per proxied connection plus its own).
-fd_limit="$(ulimit -n)"
-[ "$fd_limit" = unlimited ] && fd_limit=1048576
-haproxy_maxconn=$(( fd_limit / 2 - 100 ))
 
 # --- CPU plan ------------------------------------------------------------
 ncpu="$(nproc)"
@@ -136,28 +153,15 @@ proxy_cpu=0
 origin_cpu=$(( ncpu > 1 ? 1 : 0 ))
 wrk_cpu=$(( ncpu > 2 ? 2 : ncpu - 1 ))
 echo "bench-peers: $ncpu CPUs; proxies on CPU $proxy_cpu, origin on CPU $origin_cpu, wrk on CPU $wrk_cpu"
-nginx_mask=$(printf '%x' $(( 1 << proxy_cpu )))
 
 # --- processes and cleanup -----------------------------------------------
 bench_name=bench-peers
 # shellcheck source=lib/bench-common.sh
 . "$root/scripts/lib/bench-common.sh"
-
-# wait_port PORT NAME LOG: up to 10 s for a listener on 127.0.0.1:PORT.
-wait_port() { wait_http "127.0.0.1:$1" "$2" "$3"; }
-
-port_free() { ! ss -ltnH "( sport = :$1 )" 2>/dev/null | grep -q .; }
-origin_port=$base_port zgix_port=$((base_port + 1)) nginx_port=$((base_port + 2))
-haproxy_port=$((base_port + 3)) relay_port=$((base_port + 4)) admin_port=$((base_port + 9))
-for p in $origin_port $zgix_port $nginx_port $haproxy_port $relay_port $admin_port; do
-    port_free "$p" || { echo "bench-peers: port $p is in use; pick another --base-port" >&2; exit 1; }
-done
-
-# --- origin --------------------------------------------------------------
-taskset -c "$origin_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" \
-    --cpus "$origin_cpu" --body-bytes "$body_bytes" >"$tmp/origin.log" 2>&1 &
-pids+=($!)
-wait_port "$origin_port" origin "$tmp/origin.log"
+# shellcheck source=lib/bench-proxies.sh
+. "$root/scripts/lib/bench-proxies.sh"
+bench_ports "$base_port"
+check_ports_free bench-peers
 
 # Admission settings, the same intent in all three proxies: a per-client rate
 # limit far above what one box can send (so it is evaluated but never refuses),
@@ -165,132 +169,7 @@ wait_port "$origin_port" origin "$tmp/origin.log"
 rate_limit=10000000
 conn_limit=$(( connections * 4 > 1024 ? connections * 4 : 1024 ))
 
-start_zgix() { # MODE [BUSY_POLL_US]
-    local http='"cluster": "origin"' limits=""
-    [ -n "${2:-}" ] && limits="\"limits\": {\"busy_poll_us\": $2},"
-    if [ "$1" = on ]; then
-        http+=", \"rate_limit\": {\"requests\": $rate_limit, \"window_ms\": 1000, \"burst\": $rate_limit}"
-        http+=", \"conn_limit\": {\"max\": $conn_limit}"
-        http+=', "waf": {"deny": ["union select", "<script", "../"], "status": 403}'
-    fi
-    cat >"$tmp/zgix-$1.json" <<JSON
-{
-  "cpus": [$proxy_cpu], $limits
-  "admin": {"bind": "127.0.0.1:$admin_port"},
-  "listeners": [{"bind": "127.0.0.1:$zgix_port", "http": {$http}}],
-  "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"], "lb": "round_robin"}}
-}
-JSON
-    "$zgix_bin" --config "$tmp/zgix-$1.json" >"$tmp/zgix.log" 2>&1 &
-    pids+=($!); zgix_pid=$!
-    wait_port "$zgix_port" zgix "$tmp/zgix.log"
-}
-
-start_nginx() { # MODE
-    local d="$tmp/nginx-$1" zones="" limits=""
-    mkdir -p "$d/logs"
-    if [ "$1" = on ]; then
-        zones="limit_req_zone \$binary_remote_addr zone=rl:10m rate=${rate_limit}r/s;
-    limit_conn_zone \$binary_remote_addr zone=cl:10m;"
-        limits="limit_req zone=rl burst=$rate_limit nodelay;
-        limit_conn cl $conn_limit;
-        if (\$request_uri ~* \"(union(%20|\\+| )select|<script|%3Cscript|\\.\\./)\") { return 403; }"
-    fi
-    cat >"$d/nginx.conf" <<CONF
-daemon off;
-worker_processes 1;
-worker_cpu_affinity $nginx_mask;
-pid $d/nginx.pid;
-error_log $d/logs/error.log warn;
-events { worker_connections 16384; }
-http {
-    access_log off;
-    $zones
-    upstream origin {
-        server 127.0.0.1:$origin_port;
-        keepalive 256;
-    }
-    server {
-        listen 127.0.0.1:$nginx_port;
-        $limits
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
-    }
-}
-CONF
-    nginx -p "$d" -c "$d/nginx.conf" -e "$d/logs/error.log" >"$d/logs/stderr.log" 2>&1 &
-    pids+=($!); nginx_pid=$!
-    wait_port "$nginx_port" nginx "$d/logs/error.log"
-}
-
-start_haproxy() { # MODE
-    local f="$tmp/haproxy-$1.cfg" rules=""
-    if [ "$1" = on ]; then
-        rules="stick-table type ip size 1m expire 30s store http_req_rate(1s),conn_cur
-    tcp-request connection track-sc0 src
-    tcp-request connection reject if { sc0_conn_cur gt $conn_limit }
-    http-request deny deny_status 429 if { sc0_http_req_rate gt $rate_limit }
-    http-request deny deny_status 403 if { url_sub -i \"union select\" } || { url_sub -i union%20select } || { url_sub -i <script } || { url_sub -i %3Cscript } || { url_sub ../ }"
-    fi
-    cat >"$f" <<CFG
-global
-    nbthread 1
-    cpu-map 1/1 $proxy_cpu
-    maxconn $haproxy_maxconn
-defaults
-    mode http
-    option http-keep-alive
-    http-reuse always
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:$haproxy_port
-    $rules
-    default_backend be
-backend be
-    server origin 127.0.0.1:$origin_port
-CFG
-    haproxy -f "$f" -db >"$tmp/haproxy.log" 2>&1 &
-    pids+=($!); haproxy_pid=$!
-    wait_port "$haproxy_port" haproxy "$tmp/haproxy.log"
-}
-
-# start_relay: HAProxy in TCP mode, one upstream connection per client
-# connection, no HTTP parsing and no admission controls.
-start_relay() {
-    local f="$tmp/relay.cfg"
-    cat >"$f" <<CFG
-global
-    nbthread 1
-    cpu-map 1/1 $proxy_cpu
-    maxconn $haproxy_maxconn
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend relay
-    bind 127.0.0.1:$relay_port
-    default_backend origin
-backend origin
-    server origin 127.0.0.1:$origin_port
-CFG
-    haproxy -f "$f" -db >"$tmp/relay.log" 2>&1 &
-    pids+=($!); relay_pid=$!
-    wait_port "$relay_port" relay "$tmp/relay.log"
-}
-
-port_of() {
-    case "$1" in
-        zgix) echo "$zgix_port" ;; nginx) echo "$nginx_port" ;;
-        haproxy) echo "$haproxy_port" ;; direct) echo "$origin_port" ;;
-        relay) echo "$relay_port" ;;
-    esac
-}
+start_origin
 
 # cpu_ticks CPU: "busy total" jiffies of one CPU from /proc/stat.
 cpu_ticks() {
@@ -303,23 +182,35 @@ busy_pct() {
         dt = y[2] - x[2]; printf "%.0f", (dt > 0 ? 100 * (y[1] - x[1]) / dt : 0) }'
 }
 
-# run_wrk TARGET MODE SECONDS [record]
+# The proxy targets (everything but direct), in --targets order.
+proxies=()
+for t in "${target_list[@]}"; do [ "$t" = direct ] || proxies+=("$t"); done
+
+# run_wrk TARGET MODE SECONDS [record]: one wrk run; records req/s, latency,
+# errors, both cores' busy share and the target's CPU time per request, user
+# and system apart (all its threads, /proc/PID/stat).
 run_wrk() {
-    local t="$1" mode="$2" secs="$3" out p0 o0
+    local t="$1" mode="$2" secs="$3" out p0 o0 c0="" c1=""
     p0="$(cpu_ticks "$proxy_cpu")" o0="$(cpu_ticks "$origin_cpu")"
+    [ "$t" = direct ] || c0="$(cpu_of "$t")"
     out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency \
         "http://127.0.0.1:$(port_of "$t")/" 2>&1)" || { echo "$out" >&2; return 1; }
+    [ "$t" = direct ] || c1="$(cpu_of "$t")"
     [ "${4:-}" = record ] || return 0
-    local rps p50 p99 bad pcpu ocpu
+    local rps p50 p99 bad pcpu ocpu n us="- -"
     pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
     ocpu="$(busy_pct "$o0" "$(cpu_ticks "$origin_cpu")")"
     rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
+    n="$(awk '/requests in/ {print $1}' <<<"$out")"
     p50="$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
     p99="$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
     bad="$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")"
-    echo "$t $rps $p50 $p99 $bad $pcpu $ocpu ${round:-0}" >>"$tmp/results-$mode"
-    printf '  %-8s %10.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU%s %3s%%  CPU%s %3s%%\n' \
-        "$t" "$rps" "$p50" "$p99" "$bad" "$proxy_cpu" "$pcpu" "$origin_cpu" "$ocpu"
+    [ "$t" = direct ] || us="$(cpu_us_per_req "$c0" "$c1" "$n")"
+    echo "$t $rps $p50 $p99 $bad $pcpu $ocpu ${round:-0} $us" |
+        awk '{print $0, ($9 == "-" ? "-" : sprintf("%.2f", $9 + $10))}' >>"$tmp/results-$mode"
+    tail -1 "$tmp/results-$mode" | awk -v pc="$proxy_cpu" -v oc="$origin_cpu" '{
+        printf "  %-10s %8.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU%s %3s%%  CPU%s %3s%%  proxy us/req user %s sys %s\n",
+            $1, $2, $3, $4, $5, pc, $6, oc, $7, $9, $10 }'
 }
 
 # check TARGET PATH WANT: one request, warn if the status is not WANT.
@@ -329,79 +220,224 @@ check() {
     [ "$got" = "$3" ] || echo "bench-peers: warning: $1 answered $2 with $got, expected $3" >&2
 }
 
+# col FILE TARGET COLUMN: median of one column of a target's rows.
+col() { awk -v t="$2" -v c="$3" '$1 == t && $c != "-" {print $c}' "$1" | median; }
+
+# per_round FILE VALUE_COL ROUND_COL A B WHAT: the median (min, max) over the
+# rounds of A's value ÷ B's value in the same round. The host's speed drifts
+# between rounds; targets within one round ran seconds apart, so per-round
+# ratios are steadier than ratios of medians. Each is taken against one
+# target throughout (not the best of two per round, which would favour
+# whichever peer had the luckier seconds).
+per_round() {
+    awk -v c="$2" -v rc="$3" -v a="$4" -v b="$5" -v what="$6" '
+        $1 == a && $c != "-" { x[$rc] = $c } $1 == b && $c != "-" { y[$rc] = $c }
+        END { n = 0; for (r in x) if (y[r] > 0) v[++n] = x[r] / y[r]
+              if (n == 0) exit
+              for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+              m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+              printf "%s ÷ %s'"'"'s in the same round: median %.2f (min %.2f, max %.2f, %d rounds)\n", what, b, m, v[1], v[n], n }' "$1"
+}
+
+# better_peer FILE COL: nginx or haproxy, whichever has the lower median of COL.
+better_peer() {
+    local best="" bv="" t v
+    for t in nginx haproxy; do
+        has "$t" || continue
+        v="$(col "$1" "$t" "$2")"
+        if [ -z "$best" ] || awk -v a="$v" -v b="$bv" 'BEGIN {exit !(a < b)}'; then best=$t bv=$v; fi
+    done
+    echo "$best"
+}
+
+# goals FILE P99_COL USR_COL SYS_COL TOT_COL ROUND_COL: zgix's CPU per request
+# against the better peer's (issue 10: at most 0.8× its total, at a p99 no worse).
+goals() {
+    local f="$1" peer t
+    has zgix || return 0
+    peer="$(better_peer "$f" "$5")"
+    [ -n "$peer" ] || return 0
+    for t in zgix zgix-epoll; do
+        has "$t" || continue
+        awk -v t="$t" -v p="$peer" -v tu="$(col "$f" "$t" "$3")" -v ts="$(col "$f" "$t" "$4")" \
+            -v tt="$(col "$f" "$t" "$5")" -v t99="$(col "$f" "$t" "$2")" \
+            -v pu="$(col "$f" "$peer" "$3")" -v ps="$(col "$f" "$peer" "$4")" \
+            -v pt="$(col "$f" "$peer" "$5")" -v p99="$(col "$f" "$peer" "$2")" 'BEGIN {
+            printf "%s CPU/request ÷ the better peer'"'"'s (%s): %.2f (%s %.2f us = %.2f user + %.2f sys; %s %.2f = %.2f + %.2f); p99 %s %.0f us, %s %.0f us (%.2f)\n",
+                t, p, (pt > 0 ? tt / pt : 0), t, tt, tu, ts, p, pt, pu, ps, t, t99, p, p99, (p99 > 0 ? t99 / p99 : 0) }'
+        per_round "$f" "$5" "$6" "$t" "$peer" "$t CPU/request"
+    done
+}
+
 report() { # MODE
-    local mode="$1" t zr z50 z99
+    local mode="$1" f="$tmp/results-$1" t zr z50 z99 zt
     echo
     echo "admission $mode: medians over $rounds rounds of ${duration}s, wrk -t1 -c$connections (latency in us)"
-    echo "(CPU$proxy_cpu: the proxies' core, CPU$origin_cpu: origin and wrk; busy share of each, median)"
-    printf '%-8s %12s %8s %8s %10s %10s %10s %8s %6s %6s\n' target req/s p50 p99 "rps/zgix" "p50/zgix" "p99/zgix" errors \
-        "CPU$proxy_cpu%" "CPU$origin_cpu%"
-    col() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/results-$mode" | median; }
-    zr="$(col zgix 2)" z50="$(col zgix 3)" z99="$(col zgix 4)"
-    for t in zgix nginx haproxy relay direct; do
+    echo "(CPU$proxy_cpu: the proxies' core, CPU$origin_cpu: origin and wrk; busy share of each, median;"
+    echo " user/sys/cpu: the proxy process's CPU microseconds per request from /proc/PID/stat,"
+    echo " zgix with limits.busy_poll_us $busy_poll)"
+    printf '%-10s %9s %7s %7s %8s %8s %8s %7s %5s %5s %7s %7s %7s %8s\n' target req/s p50 p99 "rps/zgix" "p50/zgix" \
+        "p99/zgix" errors "CPU$proxy_cpu%" "CPU$origin_cpu%" user sys cpu "cpu/zgix"
+    zr="$(col "$f" zgix 2)" z50="$(col "$f" zgix 3)" z99="$(col "$f" zgix 4)" zt="$(col "$f" zgix 11)"
+    for t in zgix zgix-epoll nginx haproxy relay direct; do
         has "$t" || continue
-        awk -v t="$t" -v r="$(col "$t" 2)" -v p50="$(col "$t" 3)" -v p99="$(col "$t" 4)" \
-            -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/results-$mode")" \
-            -v pc="$(col "$t" 6)" -v oc="$(col "$t" 7)" \
-            -v zr="$zr" -v z50="$z50" -v z99="$z99" 'BEGIN {
-            printf "%-8s %12.0f %8.0f %8.0f %10s %10s %10s %8d %6.0f %6.0f\n", t, r, p50, p99,
+        awk -v t="$t" -v r="$(col "$f" "$t" 2)" -v p50="$(col "$f" "$t" 3)" -v p99="$(col "$f" "$t" 4)" \
+            -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$f")" \
+            -v pc="$(col "$f" "$t" 6)" -v oc="$(col "$f" "$t" 7)" \
+            -v u="$(col "$f" "$t" 9)" -v s="$(col "$f" "$t" 10)" -v tot="$(col "$f" "$t" 11)" \
+            -v zr="$zr" -v z50="$z50" -v z99="$z99" -v zt="$zt" 'BEGIN {
+            d = (t == "direct")
+            printf "%-10s %9.0f %7.0f %7.0f %8s %8s %8s %7d %5.0f %5.0f %7s %7s %7s %8s\n", t, r, p50, p99,
                 (zr > 0 ? sprintf("%.2f", r / zr) : "-"),
                 (z50 > 0 ? sprintf("%.2f", p50 / z50) : "-"),
-                (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e, pc, oc }'
+                (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e, pc, oc,
+                (d ? "-" : sprintf("%.2f", u)), (d ? "-" : sprintf("%.2f", s)), (d ? "-" : sprintf("%.2f", tot)),
+                (d || zt <= 0 ? "-" : sprintf("%.2f", tot / zt)) }'
     done
-    # The host's speed drifts between rounds; targets within one round ran
-    # seconds apart, so per-round ratios are steadier than ratios of medians.
-    # Each is taken against one target throughout (not the best of two per
-    # round, which would favour whichever peer had the luckier seconds).
     if has zgix; then
-        for t in nginx haproxy relay direct; do
-            has "$t" || continue
-            awk -v t="$t" '$1 == "zgix" { z[$8] = $2 } $1 == t { p[$8] = $2 }
-                END { n = 0; for (r in z) if (p[r] > 0) v[++n] = z[r] / p[r]
-                      if (n == 0) exit
-                      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
-                      m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-                      printf "zgix req/s ÷ %s'"'"'s in the same round: median %.2f (min %.2f, max %.2f, %d rounds)\n", t, m, v[1], v[n], n }' \
-                "$tmp/results-$mode"
+        for t in zgix-epoll nginx haproxy relay direct; do
+            has "$t" && per_round "$f" 2 8 zgix "$t" "zgix req/s"
         done
     fi
+    goals "$f" 4 9 10 11 8
 }
 
 # run_rate TARGET MODE: one open-loop run at --fixed-rate; records the proxy
-# core's busy share and CPU microseconds per request.
+# core's busy share, its busy time per request and the proxy process's user
+# and system CPU per request.
 run_rate() {
-    local t="$1" mode="$2" out p0 pcpu
-    p0="$(cpu_ticks "$proxy_cpu")"
+    local t="$1" mode="$2" out p0 pcpu c0 c1
+    p0="$(cpu_ticks "$proxy_cpu")" c0="$(cpu_of "$t")"
     out="$("$bench_bin" load --url "http://127.0.0.1:$(port_of "$t")/" --connections "$connections" \
         --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>/dev/null)" ||
         { echo "bench-peers: zgix-bench load failed against $t" >&2; return 1; }
+    c1="$(cpu_of "$t")"
     pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
     python3 -c '
 import json, sys
-r = json.loads(sys.argv[1]); t, pc, d = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+r = json.loads(sys.argv[1]); t, pc, rnd, hz = sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[7])
+c0, c1 = [float(x) for x in sys.argv[5].split()], [float(x) for x in sys.argv[6].split()]
+n = max(r["requests"], 1)
 ok = r["status"].get("200", 0); bad = r["requests"] - ok + sum(r["errors"].values())
-us = pc / 100 * r["duration_s"] * 1e6 / max(r["requests"], 1)
-print(t, round(r["requests_per_sec"]), r["latency_us"]["p50"], r["latency_us"]["p99"], bad, round(pc), round(us, 2))
-' "$out" "$t" "$pcpu" "$duration" >>"$tmp/rate-$mode"
-    tail -1 "$tmp/rate-$mode" | awk '{printf "  %-8s %8.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU'"$proxy_cpu"' %3s%%  %6.2f us CPU per request\n", $1, $2, $3, $4, $5, $6, $7}'
+us = pc / 100 * r["duration_s"] * 1e6 / n
+usr, sys_ = (c1[0] - c0[0]) * 1e6 / hz / n, (c1[1] - c0[1]) * 1e6 / hz / n
+print(t, round(r["requests_per_sec"]), r["latency_us"]["p50"], r["latency_us"]["p99"], bad, round(pc),
+      "%.2f %.2f %.2f %.2f" % (us, usr, sys_, usr + sys_), rnd)
+' "$out" "$t" "$pcpu" "${round:-0}" "$c0" "$c1" "$clk_tck" >>"$tmp/rate-$mode"
+    tail -1 "$tmp/rate-$mode" | awk '{printf "  %-10s %8.0f req/s  p50 %6s us  p99 %6s us  errors/non-2xx %s  CPU'"$proxy_cpu"' %3s%% (%.2f us/req)  proxy us/req user %s sys %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
 }
 
 report_rate() { # MODE
-    local mode="$1" t zus
+    local mode="$1" f="$tmp/rate-$1" t zt
     echo
     echo "admission $mode, open loop at $fixed_rate req/s: medians over $rate_rounds rounds of ${duration}s,"
     echo "$connections connections (zgix-bench load, latency from the scheduled send time, in us);"
-    echo "CPU$proxy_cpu us/req = the proxy core's busy time divided by requests (zgix with busy polling off)"
-    printf '%-8s %12s %8s %8s %8s %6s %12s %14s\n' target req/s p50 p99 errors "CPU$proxy_cpu%" "CPU$proxy_cpu us/req" "us/req÷zgix"
-    rcol() { awk -v t="$1" -v c="$2" '$1 == t {print $c}' "$tmp/rate-$mode" | median; }
-    zus="$(rcol zgix 7)"
-    for t in zgix nginx haproxy relay; do
-        has "$t" || continue
-        awk -v t="$t" -v r="$(rcol "$t" 2)" -v p50="$(rcol "$t" 3)" -v p99="$(rcol "$t" 4)" \
-            -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$tmp/rate-$mode")" \
-            -v pc="$(rcol "$t" 6)" -v us="$(rcol "$t" 7)" -v zus="$zus" 'BEGIN {
-            printf "%-8s %12.0f %8.0f %8.0f %8d %6.0f %12.2f %14s\n", t, r, p50, p99, e, pc, us,
-                (zus > 0 ? sprintf("%.2f", us / zus) : "-") }'
+    echo "core us/req = the proxy core's busy time ÷ requests; user/sys/cpu = the proxy process's"
+    echo "CPU microseconds per request from /proc/PID/stat (zgix with busy polling off)"
+    printf '%-10s %9s %7s %7s %7s %5s %8s %7s %7s %7s %8s\n' target req/s p50 p99 errors "CPU$proxy_cpu%" "core/req" \
+        user sys cpu "cpu/zgix"
+    zt="$(col "$f" zgix 10)"
+    for t in "${proxies[@]}"; do
+        awk -v t="$t" -v r="$(col "$f" "$t" 2)" -v p50="$(col "$f" "$t" 3)" -v p99="$(col "$f" "$t" 4)" \
+            -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$f")" \
+            -v pc="$(col "$f" "$t" 6)" -v us="$(col "$f" "$t" 7)" -v u="$(col "$f" "$t" 8)" \
+            -v s="$(col "$f" "$t" 9)" -v tot="$(col "$f" "$t" 10)" -v zt="$zt" 'BEGIN {
+            printf "%-10s %9.0f %7.0f %7.0f %7d %5.0f %8.2f %7.2f %7.2f %7.2f %8s\n", t, r, p50, p99, e, pc, us,
+                u, s, tot, (zt > 0 ? sprintf("%.2f", tot / zt) : "-") }'
+    done
+    goals "$f" 4 8 9 10 11
+}
+
+# wait_traced TARGET: up to 5 s for strace to have attached every thread.
+wait_traced() {
+    local i p st all
+    for i in $(seq 100); do
+        all=1
+        for p in $(work_pids "$1"); do
+            for st in /proc/"$p"/task/*/status; do
+                awk '/^TracerPid:/ {exit !($2 > 0)}' "$st" 2>/dev/null || all=0
+            done
+        done
+        [ "$all" = 1 ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# run_syscalls TARGET MODE: strace -c -f on the target's serving processes
+# over one wrk run; records each syscall's count and the requests served.
+run_syscalls() {
+    local t="$1" mode="$2" f="$tmp/strace-$1-$2" args=() p spid out n
+    for p in $(work_pids "$t"); do args+=(-p "$p"); done
+    taskset -c "$wrk_cpu" strace -c -f -o "$f" "${args[@]}" 2>"$tmp/strace.err" &
+    spid=$!; pids+=("$spid")
+    wait_traced "$t" || { echo "bench-peers: strace did not attach to $t:" >&2; cat "$tmp/strace.err" >&2; return 1; }
+    out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${duration}s" "http://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
+        { echo "$out" >&2; return 1; }
+    stop_pid "$spid" # strace detaches on TERM and writes its summary
+    n="$(awk '/requests in/ {print $1}' <<<"$out")"
+    awk -v t="$t" -v r="${round:-0}" -v n="$n" '/^-----/ {rows = 1; next}
+        rows && NF >= 5 && $4 ~ /^[0-9]+$/ {print t, r, n, $NF, $4}' "$f" >>"$tmp/sys-$mode"
+    awk -v t="$t" -v r="${round:-0}" '$1 == t && $2 == r && $4 == "total" {
+        printf "  %-10s %8d requests under strace  %6.2f syscalls per request\n", t, $3, $5 / ($3 > 0 ? $3 : 1) }' "$tmp/sys-$mode"
+}
+
+# run_sysperf TARGET MODE KIND: syscalls per request counted by the
+# raw_syscalls:sys_enter tracepoint (perf stat -p on the serving processes),
+# which does not stop the process at every call as strace does, over one run
+# of KIND: wrk (closed loop, saturation) or rate (--fixed-rate open loop).
+run_sysperf() {
+    local t="$1" mode="$2" kind="$3" f="$tmp/perf-$1-$2" pp ppid out n
+    pp="$(work_pids "$t" | paste -sd,)"
+    # perf counts for as long as its command runs: the load run and a little
+    # on either side (a background perf would ignore the SIGINT that stops it).
+    perf stat -e raw_syscalls:sys_enter -x, -o "$f" -p "$pp" -- sleep "$((duration + 1)).6" 2>"$tmp/perf.err" &
+    ppid=$!; pids+=("$ppid")
+    sleep 0.3
+    if [ "$kind" = wrk ]; then
+        out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${duration}s" "http://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
+            { echo "$out" >&2; return 1; }
+        n="$(awk '/requests in/ {print $1}' <<<"$out")"
+    else
+        out="$("$bench_bin" load --url "http://127.0.0.1:$(port_of "$t")/" --connections "$connections" \
+            --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>/dev/null)" ||
+            { echo "bench-peers: zgix-bench load failed against $t" >&2; return 1; }
+        n="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["requests"])' "$out")"
+    fi
+    wait "$ppid" || { echo "bench-peers: perf stat failed on $t:" >&2; cat "$tmp/perf.err" >&2; }
+    stop_pid "$ppid"
+    awk -F, -v t="$t" -v k="$kind" -v r="${round:-0}" -v n="$n" '$3 ~ /sys_enter/ && $1 ~ /^[0-9]+$/ {c += $1}
+        END {print t, k, r, n, c + 0}' "$f" >>"$tmp/sysperf-$mode"
+    tail -1 "$tmp/sysperf-$mode" | awk '{printf "  %-10s %8d requests (%s)  %6.2f syscalls per request (perf)\n", $1, $4, $2, $5 / ($4 > 0 ? $4 : 1)}'
+}
+
+report_syscalls() { # MODE
+    local mode="$1" f="$tmp/sys-$1" t
+    echo
+    echo "admission $mode, syscalls per request: strace -c -f -p over wrk -t1 -c$connections for ${duration}s,"
+    echo "$syscall_rounds round(s); total = median over the rounds; the breakdown pools the rounds"
+    echo "(strace slows the proxy several times over, so only counts per request mean anything)"
+    printf '%-10s %10s %9s  %s\n' target requests total "per request, by syscall (largest first)"
+    for t in "${proxies[@]}"; do
+        awk -v t="$t" '$1 == t && $4 == "total" {print $5 / ($3 > 0 ? $3 : 1)}' "$f" | median |
+            awk -v t="$t" -v n="$(awk -v t="$t" '$1 == t && $4 == "total" {n += $3} END {print n + 0}' "$f")" \
+                -v parts="$(awk -v t="$t" '$1 == t && $4 != "total" {c[$4] += $5; if (!(($2) in seen)) {seen[$2] = 1; n += $3}}
+                    END {for (s in c) printf "%s %.3f\n", s, c[s] / (n > 0 ? n : 1)}' "$f" | sort -k2,2nr |
+                    awk '$2 >= 0.005 {printf "%s%s %.2f", (NR > 1 ? ", " : ""), $1, $2}')" \
+                '{printf "%-10s %10d %9.2f  %s\n", t, n, $1, parts}'
+    done
+    [ -s "$tmp/sysperf-$mode" ] || return 0
+    echo
+    echo "admission $mode, syscalls per request counted by perf (raw_syscalls:sys_enter, perf stat -p on"
+    echo "the serving processes, every thread), median of $syscall_rounds round(s) of ${duration}s, $connections connections:"
+    echo "at saturation (wrk) and at $fixed_rate req/s open loop (zgix-bench load)"
+    printf '%-10s %12s %10s %12s %10s\n' target "wrk requests" "wrk sys/req" "rate requests" "rate sys/req"
+    for t in "${proxies[@]}"; do
+        awk -v t="$t" -v k=wrk '$1 == t && $2 == k {print $5 / ($4 > 0 ? $4 : 1)}' "$tmp/sysperf-$mode" | median |
+            awk -v t="$t" -v n="$(awk -v t="$t" '$1 == t && $2 == "wrk" {n += $4} END {print n + 0}' "$tmp/sysperf-$mode")" \
+                -v rn="$(awk -v t="$t" '$1 == t && $2 == "rate" {n += $4} END {print n + 0}' "$tmp/sysperf-$mode")" \
+                -v rv="$(awk -v t="$t" '$1 == t && $2 == "rate" {print $5 / ($4 > 0 ? $4 : 1)}' "$tmp/sysperf-$mode" | median)" \
+                '{printf "%-10s %12d %10.2f %12d %10.2f\n", t, n, $1, rn, rv}'
     done
 }
 
@@ -411,10 +447,7 @@ for mode in "${mode_list[@]}"; do
     echo
     echo "== admission $mode =="
     : >"$tmp/results-$mode"
-    has zgix && start_zgix "$mode"
-    has nginx && start_nginx "$mode"
-    has haproxy && start_haproxy "$mode"
-    has relay && start_relay
+    for t in "${proxies[@]}"; do start_target "$t" "$mode" "$busy_poll"; done
     for t in "${target_list[@]}"; do
         check "$t" / 200
         if [ "$mode" = on ] && [ "$t" != direct ] && [ "$t" != relay ]; then
@@ -428,21 +461,40 @@ for mode in "${mode_list[@]}"; do
         for t in "${target_list[@]}"; do run_wrk "$t" "$mode" "$duration" record; done
     done
     report "$mode"
-    if [ "$fixed_rate" -gt 0 ] && { has zgix || has nginx || has haproxy || has relay; }; then
+    # The fixed-rate and syscall parts run zgix with busy polling off.
+    if [ "$busy_poll" != 0 ] && { [ "$fixed_rate" -gt 0 ] || [ "$syscalls" = 1 ]; }; then
+        for t in zgix zgix-epoll; do
+            if has "$t"; then stop_target "$t"; start_target "$t" "$mode" 0; fi
+        done
+    fi
+    if [ "$fixed_rate" -gt 0 ] && [ ${#proxies[@]} -gt 0 ]; then
         echo
         echo "-- admission $mode: fixed rate $fixed_rate req/s --"
         : >"$tmp/rate-$mode"
-        if has zgix; then stop_pid "$zgix_pid"; start_zgix "$mode" 0; fi
         for r in $(seq "$rate_rounds"); do
             echo "rate round $r/$rate_rounds"
-            for t in "${target_list[@]}"; do
-                [ "$t" = direct ] || run_rate "$t" "$mode"
-            done
+            round=$r
+            for t in "${proxies[@]}"; do run_rate "$t" "$mode"; done
         done
         report_rate "$mode"
     fi
-    has zgix && stop_pid "$zgix_pid"
-    has nginx && stop_pid "$nginx_pid"
-    has haproxy && stop_pid "$haproxy_pid"
-    has relay && stop_pid "$relay_pid"
+    if [ "$syscalls" = 1 ] && [ ${#proxies[@]} -gt 0 ]; then
+        echo
+        echo "-- admission $mode: syscalls per request (strace) --"
+        : >"$tmp/sys-$mode"
+        : >"$tmp/sysperf-$mode"
+        for r in $(seq "$syscall_rounds"); do
+            echo "syscall round $r/$syscall_rounds"
+            round=$r
+            for t in "${proxies[@]}"; do run_syscalls "$t" "$mode"; done
+            if command -v perf >/dev/null; then
+                for t in "${proxies[@]}"; do run_sysperf "$t" "$mode" wrk; done
+                if [ "$fixed_rate" -gt 0 ]; then
+                    for t in "${proxies[@]}"; do run_sysperf "$t" "$mode" rate; done
+                fi
+            fi
+        done
+        report_syscalls "$mode"
+    fi
+    for t in "${proxies[@]}"; do stop_target "$t"; done
 done
