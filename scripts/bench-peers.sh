@@ -382,6 +382,12 @@ run_syscalls() {
         printf "  %-10s %8d requests under strace  %6.2f syscalls per request\n", t, $3, $5 / ($3 > 0 ? $3 : 1) }' "$tmp/sys-$mode"
 }
 
+# The syscalls perf counts one by one (besides the total): the data path of
+# each proxy and what a loop or an allocator adds.
+sys_events="$(printf 'syscalls:sys_enter_%s,' io_uring_enter recvfrom sendto writev readv read write \
+    epoll_wait epoll_pwait epoll_ctl getsockopt setsockopt accept4 connect close futex mmap munmap madvise \
+    brk sched_yield clock_gettime | sed 's/,$//')"
+
 # run_sysperf TARGET MODE KIND: syscalls per request counted by the
 # raw_syscalls:sys_enter tracepoint (perf stat -p on the serving processes),
 # which does not stop the process at every call as strace does, over one run
@@ -391,7 +397,7 @@ run_sysperf() {
     pp="$(work_pids "$t" | paste -sd,)"
     # perf counts for as long as its command runs: the load run and a little
     # on either side (a background perf would ignore the SIGINT that stops it).
-    perf stat -e raw_syscalls:sys_enter -x, -o "$f" -p "$pp" -- sleep "$((duration + 1)).6" 2>"$tmp/perf.err" &
+    perf stat -e "raw_syscalls:sys_enter,$sys_events" -x, -o "$f" -p "$pp" -- sleep "$((duration + 1)).6" 2>"$tmp/perf.err" &
     ppid=$!; pids+=("$ppid")
     sleep 0.3
     if [ "$kind" = wrk ]; then
@@ -406,9 +412,12 @@ run_sysperf() {
     fi
     wait "$ppid" || { echo "bench-peers: perf stat failed on $t:" >&2; cat "$tmp/perf.err" >&2; }
     stop_pid "$ppid"
-    awk -F, -v t="$t" -v k="$kind" -v r="${round:-0}" -v n="$n" '$3 ~ /sys_enter/ && $1 ~ /^[0-9]+$/ {c += $1}
-        END {print t, k, r, n, c + 0}' "$f" >>"$tmp/sysperf-$mode"
-    tail -1 "$tmp/sysperf-$mode" | awk '{printf "  %-10s %8d requests (%s)  %6.2f syscalls per request (perf)\n", $1, $4, $2, $5 / ($4 > 0 ? $4 : 1)}'
+    awk -F, -v t="$t" -v k="$kind" -v r="${round:-0}" -v n="$n" '$1 ~ /^[0-9]+$/ {
+            name = $3; if (name == "raw_syscalls:sys_enter") name = "total"; else sub(/^syscalls:sys_enter_/, "", name)
+            c[name] += $1 }
+        END {for (x in c) print t, k, r, n, x, c[x]}' "$f" >>"$tmp/sysperf-$mode"
+    awk -v t="$t" -v k="$kind" -v r="${round:-0}" '$1 == t && $2 == k && $3 == r && $5 == "total" {
+        printf "  %-10s %8d requests (%s)  %6.2f syscalls per request (perf)\n", $1, $4, $2, $6 / ($4 > 0 ? $4 : 1)}' "$tmp/sysperf-$mode"
 }
 
 report_syscalls() { # MODE
@@ -430,14 +439,20 @@ report_syscalls() { # MODE
     echo
     echo "admission $mode, syscalls per request counted by perf (raw_syscalls:sys_enter, perf stat -p on"
     echo "the serving processes, every thread), median of $syscall_rounds round(s) of ${duration}s, $connections connections:"
-    echo "at saturation (wrk) and at $fixed_rate req/s open loop (zgix-bench load)"
-    printf '%-10s %12s %10s %12s %10s\n' target "wrk requests" "wrk sys/req" "rate requests" "rate sys/req"
+    echo "at saturation (wrk) and at $fixed_rate req/s open loop (zgix-bench load); the breakdown pools the"
+    echo "rounds and counts only the syscalls named in \$sys_events (the total counts every one)"
+    printf '%-10s %-4s %10s %7s  %s\n' target load requests total "per request, by syscall (largest first)"
     for t in "${proxies[@]}"; do
-        awk -v t="$t" -v k=wrk '$1 == t && $2 == k {print $5 / ($4 > 0 ? $4 : 1)}' "$tmp/sysperf-$mode" | median |
-            awk -v t="$t" -v n="$(awk -v t="$t" '$1 == t && $2 == "wrk" {n += $4} END {print n + 0}' "$tmp/sysperf-$mode")" \
-                -v rn="$(awk -v t="$t" '$1 == t && $2 == "rate" {n += $4} END {print n + 0}' "$tmp/sysperf-$mode")" \
-                -v rv="$(awk -v t="$t" '$1 == t && $2 == "rate" {print $5 / ($4 > 0 ? $4 : 1)}' "$tmp/sysperf-$mode" | median)" \
-                '{printf "%-10s %12d %10.2f %12d %10.2f\n", t, n, $1, rn, rv}'
+        for k in wrk rate; do
+            awk -v t="$t" -v k="$k" '$1 == t && $2 == k && $5 == "total" {print $6 / ($4 > 0 ? $4 : 1)}' "$tmp/sysperf-$mode" |
+                median | awk -v t="$t" -v k="$k" \
+                -v n="$(awk -v t="$t" -v k="$k" '$1 == t && $2 == k && $5 == "total" {n += $4} END {print n + 0}' "$tmp/sysperf-$mode")" \
+                -v parts="$(awk -v t="$t" -v k="$k" '$1 == t && $2 == k && $5 != "total" {c[$5] += $6}
+                    $1 == t && $2 == k && $5 == "total" {n += $4}
+                    END {for (s in c) printf "%s %.3f\n", s, c[s] / (n > 0 ? n : 1)}' "$tmp/sysperf-$mode" | sort -k2,2nr |
+                    awk '$2 >= 0.005 {printf "%s%s %.2f", (NR > 1 ? ", " : ""), $1, $2}')" \
+                '$1 != "" && n > 0 {printf "%-10s %-4s %10d %7.2f  %s\n", t, k, n, $1, parts}'
+        done
     done
 }
 
