@@ -19,11 +19,12 @@ pub const MAX_RECV_BUFFERS: u32 = 32768;
 pub const MIN_RECV_BUFFER_BYTES: u32 = 1024;
 /// See [`MIN_RECV_BUFFER_BYTES`].
 pub const MAX_RECV_BUFFER_BYTES: u32 = 1 << 20;
-/// Request states (buffers and parsed heads) a shard keeps for reuse once a
-/// request completes; more are freed. 32 covers the requests a shard has in
-/// flight at once under a closed-loop load of a few hundred connections while
-/// bounding what stays resident after a burst to a few MiB.
-pub const DEFAULT_IDLE_EXCHANGES: usize = 32;
+/// Most request states (buffers and parsed heads) a shard keeps for reuse
+/// once a request completes; more are freed. Within this bound the pool
+/// follows demand: once a second it keeps what the last second's peak of
+/// requests in flight needs and frees the rest. 1024 is about 16 MiB
+/// resident at most per shard (a state touches a few pages).
+pub const DEFAULT_IDLE_EXCHANGES: usize = 1024;
 /// Most request states kept for reuse per shard.
 pub const MAX_IDLE_EXCHANGES: usize = 65536;
 

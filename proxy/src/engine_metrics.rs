@@ -31,6 +31,11 @@ pub struct EngineCounters {
     pub recv_paused: AtomicU64,
     pub cq_overflows: AtomicU64,
     pub buffers_held: AtomicU64,
+    /// Request states pooled and in use (copied by the shard tick).
+    pub exchanges_pooled: AtomicU64,
+    pub exchanges_out: AtomicU64,
+    /// The shard thread's live heap bytes (counting allocator).
+    pub heap_live_bytes: AtomicU64,
 }
 
 impl EngineCounters {
@@ -149,6 +154,24 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_io_cq_overflows_total",
         "Turns that found the completion queue had overflowed (no completion is lost).",
         sum(&|s| s.cq_overflows.load(Ordering::Relaxed)),
+    );
+    gauge(
+        o,
+        "zgix_heap_live_bytes",
+        "Heap bytes the shard threads hold (allocated minus freed, by the counting allocator).",
+        sum(&|s| s.heap_live_bytes.load(Ordering::Relaxed)),
+    );
+    gauge(
+        o,
+        "zgix_exchanges_pooled",
+        "Request states (buffers, parsed heads) kept for reuse.",
+        sum(&|s| s.exchanges_pooled.load(Ordering::Relaxed)),
+    );
+    gauge(
+        o,
+        "zgix_exchanges_in_use",
+        "Request states held by requests in progress.",
+        sum(&|s| s.exchanges_out.load(Ordering::Relaxed)),
     );
     gauge(
         o,

@@ -53,10 +53,17 @@ pub struct Shard {
     /// `limits.max_connections`.
     pub open_connections: Cell<usize>,
     pub max_connections: usize,
+    /// The most connections open since the last memory trim.
+    pub connections_high: Cell<usize>,
     /// Accept loops paused at the cap wait here for a connection to close.
     pub capacity_waiters: RefCell<Vec<std::task::Waker>>,
-    /// Request states kept for reuse (see `conn::Exchange`).
+    /// Request states kept for reuse (see `conn::Exchange`), how many are
+    /// out now, and the most out at once since the last tick trimmed the pool.
     pub exchanges: RefCell<Vec<Box<crate::conn::Exchange>>>,
+    pub exchanges_out: Cell<usize>,
+    /// Blocks the request-handling futures run in (see `conn::slab`).
+    pub request_futures: crate::conn::slab::FutureSlab,
+    pub exchanges_peak: Cell<usize>,
 }
 
 /// What a shard reports once its sockets are bound (or why it could not):
@@ -92,8 +99,12 @@ impl Shard {
             driver,
             open_connections: Cell::new(0),
             max_connections,
+            connections_high: Cell::new(0),
             capacity_waiters: RefCell::new(Vec::new()),
             exchanges: RefCell::new(Vec::with_capacity(rt.config.io.idle_exchanges)),
+            exchanges_out: Cell::new(0),
+            request_futures: Default::default(),
+            exchanges_peak: Cell::new(0),
             rt,
         }
     }
@@ -295,7 +306,11 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
         match accepted {
             None => break,
             Some(Ok((sock, peer))) => {
-                shard.open_connections.set(shard.open_connections.get() + 1);
+                let open = shard.open_connections.get() + 1;
+                shard.open_connections.set(open);
+                if open > shard.connections_high.get() {
+                    shard.connections_high.set(open);
+                }
                 let task = shard
                     .gate
                     .spawn(crate::conn::serve(shard.clone(), li, sock, peer));
@@ -334,6 +349,15 @@ async fn tick(shard: Rc<Shard>) {
             .heap_allocations
             .store(crate::alloc::thread_allocations(), Ordering::Relaxed);
         shard.counters.engine.publish(&shard.driver);
+        let e = &shard.counters.engine;
+        e.exchanges_pooled
+            .store(shard.exchanges.borrow().len() as u64, Ordering::Relaxed);
+        e.exchanges_out
+            .store(shard.exchanges_out.get() as u64, Ordering::Relaxed);
+        e.heap_live_bytes.store(
+            crate::alloc::thread_live_bytes().max(0) as u64,
+            Ordering::Relaxed,
+        );
         n += 1;
         if n.is_multiple_of(10) {
             shard.pool.sweep(Instant::now());

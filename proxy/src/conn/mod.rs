@@ -16,6 +16,7 @@ mod admit;
 mod body;
 mod forward;
 mod head;
+pub mod slab;
 mod tunnel;
 
 use forward::append_fields;
@@ -87,6 +88,8 @@ pub struct Exchange {
     rec_rx0: u64,
     rec_tx0: u64,
     walk: Walk,
+    /// The listener `walk` is sized for.
+    walk_li: usize,
 }
 
 impl Exchange {
@@ -119,6 +122,7 @@ impl Exchange {
             walk: rt.listeners[li]
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
+            walk_li: li,
         })
     }
 
@@ -130,14 +134,20 @@ impl Exchange {
 
 /// Takes a request state from the shard's pool (or makes one).
 fn take_exchange(shard: &Shard, li: usize) -> Box<Exchange> {
+    let out = shard.exchanges_out.get() + 1;
+    shard.exchanges_out.set(out);
+    if out > shard.exchanges_peak.get() {
+        shard.exchanges_peak.set(out);
+    }
     let pooled = shard.exchanges.borrow_mut().pop();
     match pooled {
         Some(mut x) => {
-            if shard.rt.listeners.len() > 1 {
+            if x.walk_li != li {
                 // Walks are sized per listener's filters.
                 x.walk = shard.rt.listeners[li]
                     .filters
                     .new_walk(shard.rt.config.limits.max_request_line);
+                x.walk_li = li;
             }
             x
         }
@@ -147,6 +157,7 @@ fn take_exchange(shard: &Shard, li: usize) -> Box<Exchange> {
 
 /// Gives a request state back to the pool, or frees it when the pool is full.
 fn put_exchange(shard: &Shard, mut x: Box<Exchange>) {
+    shard.exchanges_out.set(shard.exchanges_out.get() - 1);
     let mut pool = shard.exchanges.borrow_mut();
     if pool.len() < shard.rt.config.io.idle_exchanges {
         x.cstart = 0;
@@ -161,15 +172,39 @@ fn put_exchange(shard: &Shard, mut x: Box<Exchange>) {
     }
 }
 
+/// Connections that must have closed since the last tick before the heap is
+/// trimmed for them: a few hundred connections' tasks are a MiB or so.
+const TRIM_AFTER_CLOSED: usize = 256;
+
 thread_local! {
     /// Request states freed since the last trim (see [`trim_memory`]).
     static FREED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// After a burst freed request states, hands free heap pages back to the OS
-/// (`malloc_trim`): the parsed-head vectors live on the heap, and glibc keeps
-/// freed pages in the middle of it otherwise. Called from the shard tick.
-pub fn trim_memory(_shard: &Shard) {
+/// Once a second (the shard tick): keeps as many pooled request states as
+/// the last second's peak of requests in flight needs, frees the rest, and
+/// after a burst hands free heap pages back to the OS (`malloc_trim`: the
+/// parsed-head vectors live on the heap, and glibc keeps freed pages in the
+/// middle of it otherwise). A steady load so reuses its states (no mapping
+/// per request); after a burst, memory falls back within a second or two.
+pub fn trim_memory(shard: &Shard) {
+    // Connections that closed since the last trim freed their tasks and
+    // slots' worth of heap too.
+    let open = shard.open_connections.get();
+    let high = shard.connections_high.replace(open);
+    if high > open + TRIM_AFTER_CLOSED {
+        FREED.with(|f| f.set(f.get() + 1));
+    }
+    let out = shard.exchanges_out.get();
+    let spare = shard.exchanges_peak.replace(out).saturating_sub(out);
+    shard.request_futures.trim();
+    {
+        let mut pool = shard.exchanges.borrow_mut();
+        while pool.len() > spare {
+            pool.pop();
+            FREED.with(|f| f.set(f.get() + 1));
+        }
+    }
     if FREED.with(|f| f.replace(0)) > 0 {
         // SAFETY: malloc_trim only releases free memory of this process.
         unsafe { libc::malloc_trim(0) };
@@ -290,7 +325,8 @@ impl Conn {
                 }
             }
             first = false;
-            if self.handle_request().await == Next::Close {
+            let next = shard.request_futures.run(self.handle_request()).await;
+            if next == Next::Close {
                 self.close_gracefully().await;
                 return;
             }

@@ -61,8 +61,13 @@ impl Epoll {
         Ok(())
     }
 
-    pub(super) fn register(&self, fd: RawFd, token: u32, role: Role) -> io::Result<()> {
+    pub(super) fn register(&self, d: &Driver, fd: RawFd, token: u32, role: Role) -> io::Result<()> {
         set_nonblocking(fd)?;
+        // Adding an fd to an edge-triggered set reports the readiness it
+        // already has, so the read side starts "not known readable": an idle
+        // connection then waits for its first byte without a buffer or a
+        // `recv` that would only say EAGAIN.
+        d.st.borrow_mut().slots[token as usize].readable = false;
         let events = match role {
             Role::Stream => libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP,
             Role::Listener => libc::EPOLLIN,

@@ -224,8 +224,6 @@ struct Slot {
     accepted: VecDeque<RawFd>,
     /// Accept errors not yet reported (listeners, uring).
     accept_error: i32,
-    /// The connect target (uring needs it alive until the completion).
-    addr: Option<Box<(libc::sockaddr_storage, libc::socklen_t)>>,
 }
 
 /// One direction's waiter, its deadline, and whether that deadline passed.
@@ -481,7 +479,6 @@ impl Driver {
             let s = &mut st.slots[token as usize];
             let gen = s.gen.wrapping_add(1) & 0x00ff_ffff;
             let accepted = std::mem::take(&mut s.accepted);
-            let addr = s.addr.take();
             *s = Slot {
                 in_use: true,
                 gen,
@@ -492,14 +489,13 @@ impl Driver {
                 rq_head: NO_BUF,
                 rq_tail: NO_BUF,
                 accepted,
-                addr,
                 ..Slot::default()
             };
             token
         };
         let r = match &self.backend {
             Backend::Uring(r) => r.register(self, token, arm),
-            Backend::Epoll(e) => e.register(fd, token, role),
+            Backend::Epoll(e) => e.register(self, fd, token, role),
         };
         if let Err(e) = r {
             let mut st = self.st.borrow_mut();

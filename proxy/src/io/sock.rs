@@ -84,21 +84,15 @@ impl Sock {
         sock.set_write_timeout(Some(timeout));
         let deadline = Some(driver.now() + timeout);
         if uring {
-            {
-                let mut st = driver.st.borrow_mut();
-                let s = &mut st.slots[sock.token as usize];
-                let a = sockaddr(addr);
-                match &mut s.addr {
-                    Some(b) => **b = a,
-                    None => s.addr = Some(Box::new(a)),
-                }
-            }
+            // The kernel reads the address until the connect completes; it
+            // lives in this frame, which `OpWait` keeps alive that long.
+            let target = sockaddr(addr);
             let op = OpWait {
                 sock: &sock,
                 connect: true,
                 started: false,
             };
-            op.run(deadline, None).await?;
+            op.run(deadline, What::Connect(&target)).await?;
             if let Backend::Uring(r) = &driver.backend {
                 let mut st = driver.st.borrow_mut();
                 r.start_receiving(&mut st.slots[sock.token as usize], sock.token);
@@ -292,7 +286,7 @@ impl Sock {
                     connect: false,
                     started: false,
                 };
-                op.run(deadline, Some(buf)).await
+                op.run(deadline, What::Send(buf)).await
             }
             Backend::Epoll(_) => {
                 poll_fn(|cx| {
@@ -327,6 +321,14 @@ impl Sock {
     }
 }
 
+/// What an [`OpWait`] asks of the kernel; both borrow memory the kernel
+/// reads until the completion.
+#[derive(Clone, Copy)]
+enum What<'a> {
+    Send(&'a [u8]),
+    Connect(&'a (libc::sockaddr_storage, libc::socklen_t)),
+}
+
 /// A send or connect in flight on the ring: completes when the kernel is
 /// done with it, also after a timeout (it cancels and waits), and, when
 /// dropped early, cancels and waits for the kernel before the bytes go.
@@ -337,7 +339,7 @@ struct OpWait<'a> {
 }
 
 impl OpWait<'_> {
-    async fn run(mut self, deadline: Option<Instant>, buf: Option<&[u8]>) -> io::Result<usize> {
+    async fn run(mut self, deadline: Option<Instant>, what: What<'_>) -> io::Result<usize> {
         let d = self.sock.driver.clone();
         let token = self.sock.token;
         let Backend::Uring(ring) = &d.backend else {
@@ -349,9 +351,9 @@ impl OpWait<'_> {
             let s = &mut st.slots[token as usize];
             match s.op {
                 Op::Idle => {
-                    match buf {
-                        Some(b) => ring.start_send(s, token, b),
-                        None => ring.start_connect(s, token),
+                    match what {
+                        What::Send(b) => ring.start_send(s, token, b),
+                        What::Connect(a) => ring.start_connect(s, token, a),
                     }
                     self.started = true;
                 }

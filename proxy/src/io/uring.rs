@@ -399,11 +399,12 @@ impl Ring {
         s.ops += 1;
     }
 
-    pub(super) fn start_connect(&self, s: &mut Slot, token: u32) {
-        let addr = s
-            .addr
-            .as_ref()
-            .expect("connect address set before the connect");
+    pub(super) fn start_connect(
+        &self,
+        s: &mut Slot,
+        token: u32,
+        addr: &(libc::sockaddr_storage, libc::socklen_t),
+    ) {
         let e = opcode::Connect::new(
             types::Fd(s.fd),
             (&addr.0 as *const libc::sockaddr_storage).cast(),

@@ -1,0 +1,163 @@
+//! Reused heap blocks for the request-handling future, so an idle connection's task holds only its small idle state.
+//!
+//! An async fn's future is as large as its largest state: the connection
+//! task would carry the whole forward-and-stream machinery (about 2 KB)
+//! while it only waits for its next request. Running each request's future
+//! in a block from this per-shard slab keeps the task small, and reusing the
+//! blocks keeps the request path free of allocation: a block is allocated
+//! only when more requests are in flight at once than ever before (trimmed
+//! back once a second, like the request states).
+
+use std::alloc::Layout;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll};
+
+/// Blocks of one layout; every future run through one slab has that layout
+/// (one slab per future type).
+pub struct FutureSlab {
+    layout: Cell<Option<Layout>>,
+    free: RefCell<Vec<NonNull<u8>>>,
+    out: Cell<usize>,
+    peak: Cell<usize>,
+}
+
+impl Default for FutureSlab {
+    fn default() -> Self {
+        FutureSlab {
+            layout: Cell::new(None),
+            free: RefCell::new(Vec::new()),
+            out: Cell::new(0),
+            peak: Cell::new(0),
+        }
+    }
+}
+
+impl FutureSlab {
+    /// Moves `f` into a block of this slab; the returned future runs it to
+    /// completion there. (Not an async fn: its frame would hold `f` itself.)
+    pub fn run<F: Future>(&self, f: F) -> Running<'_, F> {
+        let layout = Layout::new::<F>();
+        match self.layout.get() {
+            None => self.layout.set(Some(layout)),
+            Some(l) => assert_eq!(l, layout, "one future type per slab"),
+        }
+        let block = match self.free.borrow_mut().pop() {
+            Some(b) => b,
+            None => {
+                // SAFETY: the layout has a non-zero size (a future holding a
+                // `&mut Conn` is at least a pointer).
+                let p = unsafe { std::alloc::alloc(layout) };
+                NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+            }
+        };
+        let out = self.out.get() + 1;
+        self.out.set(out);
+        self.peak.set(self.peak.get().max(out));
+        let p = block.cast::<F>();
+        // SAFETY: the block is sized and aligned for F and unused.
+        unsafe { p.as_ptr().write(f) };
+        Running { slab: self, p }
+    }
+
+    /// Frees the blocks the last interval's peak did not need (shard tick).
+    pub fn trim(&self) {
+        let out = self.out.get();
+        let spare = self.peak.replace(out).saturating_sub(out);
+        let mut free = self.free.borrow_mut();
+        while free.len() > spare {
+            if let (Some(b), Some(l)) = (free.pop(), self.layout.get()) {
+                // SAFETY: every block was allocated with this layout.
+                unsafe { std::alloc::dealloc(b.as_ptr(), l) };
+            }
+        }
+    }
+}
+
+impl Drop for FutureSlab {
+    fn drop(&mut self) {
+        if let Some(l) = self.layout.get() {
+            for b in self.free.get_mut().drain(..) {
+                // SAFETY: every block was allocated with this layout.
+                unsafe { std::alloc::dealloc(b.as_ptr(), l) };
+            }
+        }
+    }
+}
+
+/// A future living in a slab block: polled in place (the block never moves),
+/// dropped in place, then the block goes back.
+pub struct Running<'a, F: Future> {
+    slab: &'a FutureSlab,
+    p: NonNull<F>,
+}
+
+impl<F: Future> Future for Running<'_, F> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: the block holds a live F that is never moved until it is
+        // dropped in place by `Running::drop`.
+        unsafe { Pin::new_unchecked(&mut *self.p.as_ptr()) }.poll(cx)
+    }
+}
+
+impl<F: Future> Drop for Running<'_, F> {
+    fn drop(&mut self) {
+        // SAFETY: the block holds a live F (written by `run`), dropped once here.
+        unsafe { std::ptr::drop_in_place(self.p.as_ptr()) };
+        self.slab.out.set(self.slab.out.get() - 1);
+        self.slab.free.borrow_mut().push(self.p.cast());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_reused_and_trimmed_to_the_peak() {
+        let slab = FutureSlab::default();
+        futures_lite::future::block_on(async {
+            for i in 0..10u64 {
+                let v = slab.run(async move { i * 2 }).await;
+                assert_eq!(v, i * 2);
+            }
+        });
+        assert_eq!(
+            slab.free.borrow().len(),
+            1,
+            "one block serves sequential runs"
+        );
+        slab.trim();
+        assert_eq!(slab.free.borrow().len(), 1, "the peak (1) keeps its block");
+        slab.trim();
+        assert_eq!(slab.free.borrow().len(), 0, "an idle interval frees it");
+    }
+
+    #[test]
+    fn a_dropped_future_is_dropped_in_place_and_returns_its_block() {
+        let slab = FutureSlab::default();
+        let dropped = std::rc::Rc::new(Cell::new(false));
+        struct Flag(std::rc::Rc<Cell<bool>>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.set(true);
+            }
+        }
+        {
+            let flag = Flag(dropped.clone());
+            let fut = slab.run(async move {
+                let _f = flag;
+                std::future::pending::<()>().await
+            });
+            let mut fut = Box::pin(fut);
+            let w = futures_lite::future::block_on(futures_lite::future::poll_once(fut.as_mut()));
+            assert!(w.is_none());
+        }
+        assert!(dropped.get());
+        assert_eq!(slab.out.get(), 0);
+        assert_eq!(slab.free.borrow().len(), 1);
+    }
+}
