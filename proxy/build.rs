@@ -1,4 +1,4 @@
-//! Build script: records the git revision for `zgix_build_info` (`unknown` when not built from a checkout or without git).
+//! Build script: records the git revision for `zgix_build_info` and `zgix --version` (`ZGIX_GIT_REVISION` from the environment if set, else `unknown` when not built from a checkout or without git).
 
 use std::process::Command;
 
@@ -12,7 +12,12 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let revision = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rerun-if-env-changed=ZGIX_GIT_REVISION");
+    let revision = std::env::var("ZGIX_GIT_REVISION")
+        .ok()
+        .filter(|r| !r.is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=ZGIX_GIT_REVISION={revision}");
     println!("cargo:rerun-if-changed=build.rs");
     // Rebuild when HEAD moves: HEAD itself (a branch switch) and the branch's ref.

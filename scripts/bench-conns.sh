@@ -23,10 +23,11 @@ Then, per connection count and round, for each target in turn (interleaved):
   4. closed: every client connection closed; wait --close-wait seconds (zgix
      hands freed memory back once a second), read VmRSS.
 
+Every round starts each target afresh (nginx and HAProxy keep freed memory
+for reuse, so a second wave in one process would read 0 KiB per connection).
 Prints, per connection count, the medians over the rounds of (idle - start)/N
-and (kept alive - start)/N in KiB per connection, closed - start of the round
-and closed - the process's RSS before its first round, in MB, and how many of
-the N connections were still open at each reading.
+and (kept alive - start)/N in KiB per connection, the peak and closed - start
+in MB, and how many of the N connections were still open at each reading.
 
   --connections LIST  connection counts, comma-separated (default 5000); the
                       client needs N descriptors and the proxy N plus its
@@ -255,58 +256,47 @@ measure() {
         "$close_wait" "$(work_pids "$t" | paste -sd,)")" || { echo "bench-conns: the client failed against $t" >&2; return 1; }
     python3 -c '
 import json, sys
-r = json.loads(sys.argv[1]); t, n, rnd, first = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+r = json.loads(sys.argv[1]); t, n, rnd = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 print(t, n, rnd, r["start"], r["idle"], r["kept"], r["closed"], "%.2f %.2f %.1f %.1f" % (
     (r["idle"] - r["start"]) / n, (r["kept"] - r["start"]) / n, (r["closed"] - r["start"]) / 1024,
-    (r["closed"] - first) / 1024), r["open_idle"], r["open_kept"], r["ok"], r["bad"] + r["failed"])
-' "$out" "$t" "$n" "$round" "${first_rss[$t]}" >>"$tmp/results"
-    tail -1 "$tmp/results" | awk '{printf "  %-10s start %7.1f MB  idle %6.2f KiB/conn  kept alive %6.2f KiB/conn  closed %+6.1f MB (vs first start %+6.1f)  open %d/%d, %d ok, %d errors\n",
-        $1, $4 / 1024, $8, $9, $10, $11, $12, $13, $14, $15}'
+    (max(r["idle"], r["kept"]) - r["start"]) / 1024), r["open_idle"], r["open_kept"], r["ok"], r["bad"] + r["failed"])
+' "$out" "$t" "$n" "$round" >>"$tmp/results"
+    tail -1 "$tmp/results" | awk '{printf "  %-10s start %6.1f MB  idle %6.2f KiB/conn  kept alive %6.2f KiB/conn  peak %+6.1f MB  closed %+6.1f MB  open %d/%d, %d ok, %d errors\n",
+        $1, $4 / 1024, $8, $9, $11, $10, $12, $13, $14, $15}'
 }
 
 : >"$tmp/results"
-declare -A first_rss=()
 for n in "${count_list[@]}"; do
     echo
     echo "== $n connections =="
-    for t in "${target_list[@]}"; do
-        start_target "$t" off 0
-        first_rss[$t]="$(rss_of "$t")"
-    done
     for r in $(seq "$rounds"); do
         echo "round $r/$rounds"
         round=$r
-        for t in "${target_list[@]}"; do measure "$t" "$n"; done
+        # A fresh process each round: nginx and HAProxy keep freed memory for
+        # reuse, so a second wave in the same process would read 0 KiB.
+        for t in "${target_list[@]}"; do
+            start_target "$t" off 0
+            measure "$t" "$n"
+            stop_target "$t"
+        done
     done
-    for t in "${target_list[@]}"; do stop_target "$t"; done
 done
 
 echo
-echo "RSS per client connection (VmRSS of the serving process; nginx: its worker), medians over $rounds"
-echo "rounds; idle = no byte sent, kept alive = after one request each, connection open; closed = after"
-echo "every client closed and ${close_wait}s, against the round's start and against the process's RSS"
-echo "before its first round (MB); open = connections still open at the idle / kept-alive reading"
-printf '%-10s %6s %9s %10s %10s %10s %12s %13s\n' target conns "start MB" "idle KiB" "kept KiB" "closed MB" \
-    "vs first MB" "open idle/kept"
+echo "RSS per client connection (VmRSS of the serving process; nginx: its worker; a fresh process each"
+echo "round), medians over $rounds rounds; idle = no byte sent, kept alive = after one request each"
+echo "($window in flight at a time), connection open; peak = the larger of those two readings, closed ="
+echo "after every client closed and ${close_wait}s, both against the process's RSS at its start (MB);"
+echo "open = connections still open at the idle / kept-alive reading"
+printf '%-10s %6s %9s %10s %10s %9s %10s %13s\n' target conns "start MB" "idle KiB" "kept KiB" "peak MB" \
+    "closed MB" "open idle/kept"
 for n in "${count_list[@]}"; do
     for t in "${target_list[@]}"; do
         m() { awk -v t="$t" -v n="$n" -v c="$1" '$1 == t && $2 == n {print $c}' "$tmp/results" | median; }
         awk -v t="$t" -v n="$n" -v s="$(m 4)" -v i="$(m 8)" -v k="$(m 9)" -v c="$(m 10)" -v f="$(m 11)" \
             -v oi="$(m 12)" -v ok="$(m 13)" 'BEGIN {
-            printf "%-10s %6d %9.1f %10.2f %10.2f %+10.1f %+12.1f %8d/%d\n", t, n, s / 1024, i, k, c, f, oi, ok }'
+            printf "%-10s %6d %9.1f %10.2f %10.2f %+9.1f %+10.1f %8d/%d\n", t, n, s / 1024, i, k, f, c, oi, ok }'
     done
 done
-if [[ ",$targets," == *",zgix,"* ]]; then
-    echo
-    for n in "${count_list[@]}"; do
-        for t in zgix-epoll nginx haproxy; do
-            [[ ",$targets," == *",$t,"* ]] || continue
-            awk -v t="$t" -v n="$n" '$2 == n && $1 == "zgix" { zi[$3] = $8; zk[$3] = $9 }
-                $2 == n && $1 == t { pi[$3] = $8; pk[$3] = $9 }
-                END { for (r in zi) if (r in pi) printf "round %s: zgix idle %.2f vs %s %.2f KiB, kept alive %.2f vs %.2f KiB\n", r, zi[r], t, pi[r], zk[r], pk[r] }' \
-                "$tmp/results" | sort | sed "s/^/$n conns, /"
-        done
-    done
-fi
 errors="$(awk '{n += $15} END {print n + 0}' "$tmp/results")"
 [ "$errors" = 0 ] || echo "bench-conns: $errors failed connections or requests (see the round lines)" >&2

@@ -52,6 +52,10 @@ and HAProxy.
                     tracepoint (no stop per call) over a wrk run and a
                     --fixed-rate run
   --syscall-rounds N  interleaved rounds of the syscall part (default 1)
+  --quiet-wait S    before each measured run, wait up to S seconds for CPUs
+                    0 and 1 to be under 10 % busy over half a second (another
+                    program's compile or test run would otherwise land in the
+                    run); default 0 (no wait)
   --base-port P     first of the local ports used (default 18080; uses P..P+9)
   --no-install      do not apt-get install missing wrk/nginx/haproxy (python3
                     for --fixed-rate, strace for --syscalls)
@@ -69,7 +73,7 @@ USAGE
 
 rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,zgix-epoll,nginx,haproxy,relay,direct"
 body_bytes=64 base_port=18080 install=1 build=1 fixed_rate=10000 rate_rounds=3 busy_poll=0
-syscalls=0 syscall_rounds=1
+syscalls=0 syscall_rounds=1 quiet_wait=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
@@ -84,13 +88,14 @@ while [ $# -gt 0 ]; do
         --busy-poll-us) busy_poll="$2"; shift 2 ;;
         --syscalls) syscalls=1; shift ;;
         --syscall-rounds) syscall_rounds="$2"; shift 2 ;;
+        --quiet-wait) quiet_wait="$2"; shift 2 ;;
         --no-install) install=0; shift ;;
         --no-build) build=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-peers: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds"; do
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
 IFS=, read -r -a target_list <<<"$targets"
@@ -456,6 +461,8 @@ report_syscalls() { # MODE
     done
 }
 
+quiet() { wait_quiet "$quiet_wait" "$proxy_cpu" "$origin_cpu"; }
+
 IFS=, read -r -a mode_list <<<"$modes"
 for mode in "${mode_list[@]}"; do
     case "$mode" in off|on) ;; *) echo "bench-peers: unknown mode $mode" >&2; exit 2 ;; esac
@@ -473,7 +480,7 @@ for mode in "${mode_list[@]}"; do
     for r in $(seq "$rounds"); do
         echo "round $r/$rounds"
         round=$r
-        for t in "${target_list[@]}"; do run_wrk "$t" "$mode" "$duration" record; done
+        for t in "${target_list[@]}"; do quiet; run_wrk "$t" "$mode" "$duration" record; done
     done
     report "$mode"
     # The fixed-rate and syscall parts run zgix with busy polling off.
@@ -489,7 +496,7 @@ for mode in "${mode_list[@]}"; do
         for r in $(seq "$rate_rounds"); do
             echo "rate round $r/$rate_rounds"
             round=$r
-            for t in "${proxies[@]}"; do run_rate "$t" "$mode"; done
+            for t in "${proxies[@]}"; do quiet; run_rate "$t" "$mode"; done
         done
         report_rate "$mode"
     fi
@@ -501,11 +508,11 @@ for mode in "${mode_list[@]}"; do
         for r in $(seq "$syscall_rounds"); do
             echo "syscall round $r/$syscall_rounds"
             round=$r
-            for t in "${proxies[@]}"; do run_syscalls "$t" "$mode"; done
+            for t in "${proxies[@]}"; do quiet; run_syscalls "$t" "$mode"; done
             if command -v perf >/dev/null; then
-                for t in "${proxies[@]}"; do run_sysperf "$t" "$mode" wrk; done
+                for t in "${proxies[@]}"; do quiet; run_sysperf "$t" "$mode" wrk; done
                 if [ "$fixed_rate" -gt 0 ]; then
-                    for t in "${proxies[@]}"; do run_sysperf "$t" "$mode" rate; done
+                    for t in "${proxies[@]}"; do quiet; run_sysperf "$t" "$mode" rate; done
                 fi
             fi
         done
@@ -513,3 +520,7 @@ for mode in "${mode_list[@]}"; do
     fi
     for t in "${proxies[@]}"; do stop_target "$t"; done
 done
+if [ "$quiet_wait" -gt 0 ]; then
+    echo
+    echo "waited ${quiet_waited}s in all for quiet CPUs before the measured runs (--quiet-wait $quiet_wait)"
+fi

@@ -68,11 +68,10 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
                 listeners: rt.listeners.iter().map(|l| l.name.as_str()).collect(),
                 clusters: rt.clusters.iter().map(|c| c.name.as_str()).collect(),
             };
-            response(
-                200,
-                "text/plain; version=0.0.4; charset=utf-8",
-                &(rt.metrics.render(&names, &gauges) + &crate::upstream_metrics::render(rt)),
-            )
+            let mut body =
+                rt.metrics.render(&names, &gauges) + &crate::upstream_metrics::render(rt);
+            crate::lifecycle::render(&mut body);
+            response(200, "text/plain; version=0.0.4; charset=utf-8", &body)
         }
         b"/health" => response(200, "text/plain", "ok\n"),
         _ => response(404, "text/plain", "not found\n"),

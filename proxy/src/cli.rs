@@ -1,4 +1,4 @@
-//! Command-line interface: `zgix --config FILE [--log-level LEVEL]`, `zgix --check --config FILE`, `--help`, `--version`.
+//! Command-line interface: `zgix --config FILE [--log-level LEVEL]`, `zgix --check --config FILE`, `zgix --upgrade --config FILE`, `--help`, `--version`.
 
 use std::path::PathBuf;
 
@@ -12,11 +12,14 @@ zgix — thread-per-core io_uring HTTP/1.1 edge proxy
 USAGE:
     zgix --config FILE            run the proxy
     zgix --check --config FILE    validate FILE, print every error, exit 0 if valid
+    zgix --upgrade --config FILE  take the listening sockets over from the running
+                                  zgix, which then drains and exits
     zgix --help | --version
 
 OPTIONS:
     -c, --config FILE   JSON configuration (see docs/config.md)
     -t, --check         validate only (like nginx -t)
+    --upgrade           hand-off from the running instance (binary upgrade)
     --log-level LEVEL   error, warn, info (default) or debug; debug adds
                         client-triggered events (ZGIX_DEBUG=1 is the same
                         as debug)
@@ -24,13 +27,20 @@ OPTIONS:
     -V, --version       print the version
 
 SIGNALS:
-    SIGTERM, SIGINT     stop accepting, let in-flight requests finish within
-                        limits.drain_timeout_ms, exit 0
+    SIGTERM, SIGINT, SIGQUIT
+                        stop accepting, let in-flight requests finish within
+                        limits.drain_timeout_ms, exit 0 (3 if the deadline cut any)
+    SIGHUP              re-read FILE; apply it if valid, else log why and keep going
     SIGUSR1             reopen the access log file (after rotation)
+    SIGUSR2, SIGALRM    logged and ignored
+
+EXIT STATUS:
+    0 stopped cleanly; 1 bad config or start-up failure; 2 bad arguments;
+    3 the drain deadline cut connections or requests
 ";
 
 enum Mode {
-    Run(PathBuf, Option<Level>),
+    Run(PathBuf, Option<Level>, bool),
     Check(PathBuf),
     Help,
     Version,
@@ -40,12 +50,14 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
     let mut config = None;
     let mut check = false;
     let mut level = None;
+    let mut upgrade = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "-h" | "--help" => return Ok(Mode::Help),
             "-V" | "--version" => return Ok(Mode::Version),
             "-t" | "--check" => check = true,
+            "--upgrade" => upgrade = true,
             "-c" | "--config" => {
                 i += 1;
                 let v = args
@@ -73,7 +85,7 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
     Ok(if check {
         Mode::Check(config)
     } else {
-        Mode::Run(config, level)
+        Mode::Run(config, level, upgrade)
     })
 }
 
@@ -98,7 +110,11 @@ pub fn main() -> i32 {
             0
         }
         Mode::Version => {
-            println!("zgix {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "zgix {} (git {})",
+                env!("CARGO_PKG_VERSION"),
+                env!("ZGIX_GIT_REVISION")
+            );
             0
         }
         Mode::Check(path) => match Config::from_file(&path) {
@@ -118,13 +134,17 @@ pub fn main() -> i32 {
                 1
             }
         },
-        Mode::Run(path, level) => {
+        Mode::Run(path, level, upgrade) => {
             crate::log::init(level);
             let error =
                 |args: std::fmt::Arguments<'_>| crate::log::log(Level::Error, "config", args);
             match Config::from_file(&path) {
-                Ok(cfg) => match crate::server::run(cfg) {
-                    Ok(()) => 0,
+                Ok(config) => match crate::server::run(crate::server::Start {
+                    config,
+                    path,
+                    upgrade,
+                }) {
+                    Ok(status) => status,
                     Err(e) => {
                         crate::log::log(Level::Error, "server", format_args!("{e}"));
                         1

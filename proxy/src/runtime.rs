@@ -126,15 +126,18 @@ pub struct Runtime {
     pub hrw: ahash::RandomState,
     pub timeouts: Timeouts,
     pub request_limits: zgix_parser::Limits,
-    pub rate_table: RateTable,
+    /// Shared with the previous runtime across a reload when the geometry
+    /// (`rate_limit_entries`, `conn_limit_entries`) is unchanged.
+    pub rate_table: Arc<RateTable>,
     pub conn_table: Arc<ConnTable>,
     pub metrics: Arc<Metrics>,
     /// Set by the signal thread, which then wakes every shard's driver.
     pub draining: AtomicBool,
     /// `limits.max_connections`, or what the descriptor limit allows.
     pub max_connections: usize,
-    /// The access log's rings and writer; started by `server::run`.
-    pub access_log: Option<crate::access_log::AccessLog>,
+    /// The access log's rings and writer; started by `server::run`, shared
+    /// with the next runtime by a reload that leaves `access_log` unchanged.
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
 fn ms(v: u64) -> Duration {
@@ -144,6 +147,34 @@ fn ms(v: u64) -> Duration {
 impl Runtime {
     /// Builds the runtime from a config that has passed `validate()`.
     pub fn new(config: Config, shard_count: usize) -> Runtime {
+        Runtime::build(config, shard_count, None)
+    }
+
+    /// Builds the runtime a reload applies: like [`Runtime::new`], but the
+    /// admission tables of `prev` are kept when their size is unchanged (a
+    /// drained bucket stays drained, a held connection count stays held),
+    /// and so are the listener counters when the listener count is. Returns
+    /// a line for the log about each table that starts empty instead.
+    pub fn reloaded(config: Config, shard_count: usize, prev: &Runtime) -> (Runtime, Vec<String>) {
+        let mut notes = Vec::new();
+        let (old, new) = (&prev.config.limits, &config.limits);
+        if old.rate_limit_entries != new.rate_limit_entries {
+            notes.push(format!(
+                "limits.rate_limit_entries changed ({} -> {}): the rate-limit table starts empty",
+                old.rate_limit_entries, new.rate_limit_entries
+            ));
+        }
+        if old.conn_limit_entries != new.conn_limit_entries {
+            notes.push(format!(
+                "limits.conn_limit_entries changed ({} -> {}): the connection-limit table starts empty \
+                 (connections open now release their counts in the old table)",
+                old.conn_limit_entries, new.conn_limit_entries
+            ));
+        }
+        (Runtime::build(config, shard_count, Some(prev)), notes)
+    }
+
+    fn build(config: Config, shard_count: usize, prev: Option<&Runtime>) -> Runtime {
         let l = &config.limits;
         let mut upstreams: Vec<UpstreamRt> = Vec::new();
         let mut clusters = Vec::new();
@@ -240,11 +271,30 @@ impl Runtime {
             max_headers: l.max_headers,
             max_body: l.max_request_body,
         };
-        let metrics = Arc::new(Metrics::new(shard_count, listeners.len(), clusters.len()));
+        let metrics = match prev {
+            Some(p)
+                if p.listeners.len() == listeners.len() && p.clusters.len() == clusters.len() =>
+            {
+                p.metrics.clone()
+            }
+            _ => Arc::new(Metrics::new(shard_count, listeners.len(), clusters.len())),
+        };
+        let rate_table = match prev {
+            Some(p) if p.config.limits.rate_limit_entries == l.rate_limit_entries => {
+                p.rate_table.clone()
+            }
+            _ => Arc::new(RateTable::new(l.rate_limit_entries)),
+        };
+        let conn_table = match prev {
+            Some(p) if p.config.limits.conn_limit_entries == l.conn_limit_entries => {
+                p.conn_table.clone()
+            }
+            _ => ConnTable::new(l.conn_limit_entries),
+        };
         let upstream_stats = UpstreamMetrics::new(shard_count, upstreams.len(), clusters.len());
         let mut rt = Runtime {
-            rate_table: RateTable::new(l.rate_limit_entries),
-            conn_table: ConnTable::new(l.conn_limit_entries),
+            rate_table,
+            conn_table,
             listeners,
             clusters,
             endpoints,

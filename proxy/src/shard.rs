@@ -2,7 +2,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
-use std::rc::Rc;
+use std::os::fd::RawFd;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use futures_lite::future::or;
 use glommio::sync::{Gate, Semaphore};
 use zgix_parser::{RequestParser, ResponseParser};
 
-use crate::io::{Driver, Listener, Notifier};
+use crate::generation::{Command, ListenerFd, Mailbox, Update};
+use crate::io::{Driver, Listener};
 use crate::metrics::ShardCounters;
 use crate::pool::Pool;
 use crate::runtime::Runtime;
@@ -21,7 +23,7 @@ use crate::runtime::Runtime;
 /// is 64 KiB. With an 8 MiB `RLIMIT_MEMLOCK` this leaves room for many shards.
 pub const IO_MEMORY: usize = 256 << 10;
 
-/// How often a shard checks the drain flag, sweeps its pool and publishes latency.
+/// How often a shard publishes its engine counters and sweeps its pools.
 const TICK: Duration = Duration::from_millis(100);
 
 /// Everything one shard owns. Shared by its tasks through `Rc`: never sent to
@@ -39,11 +41,14 @@ pub struct Shard {
     pub seen: crate::resolve::SeenGenerations,
     /// This shard's access-log ring, when the access log is on.
     pub access_log: Option<crate::access_log::ShardLog>,
-    pub draining: Cell<bool>,
-    /// Never holds permits: closing it wakes every task waiting on it (drain).
+    /// Set once the shard drains (shared by its generations).
+    pub draining: Rc<Cell<bool>>,
+    /// Never holds permits: closing it wakes every task waiting on it (the
+    /// drain closes every generation's).
     pub shutdown: Semaphore,
-    /// Every connection task passes through it, so a drain can wait for them.
-    pub gate: Gate,
+    /// Every connection task of every generation passes through it, so a
+    /// drain can wait for them.
+    pub gate: Rc<Gate>,
     pub req_parser: RequestParser,
     pub resp_parser: ResponseParser,
     /// The socket driver every client, upstream and listening socket of
@@ -51,28 +56,44 @@ pub struct Shard {
     pub driver: Rc<Driver>,
     /// Client connections open on this shard, and its share of
     /// `limits.max_connections`.
-    pub open_connections: Cell<usize>,
+    pub open_connections: Rc<Cell<usize>>,
     pub max_connections: usize,
-    /// The most connections open since the last memory trim.
-    pub connections_high: Cell<usize>,
+    /// The most connections open since the last memory trim (all generations).
+    pub connections_high: Rc<Cell<usize>>,
     /// Accept loops paused at the cap wait here for a connection to close.
-    pub capacity_waiters: RefCell<Vec<std::task::Waker>>,
+    pub capacity_waiters: Rc<RefCell<Vec<std::task::Waker>>>,
     /// Request states kept for reuse (see `conn::Exchange`), how many are
     /// out now, and the most out at once since the last tick trimmed the pool.
     pub exchanges: RefCell<Vec<Box<crate::conn::Exchange>>>,
     pub exchanges_out: Cell<usize>,
+    pub exchanges_peak: Cell<usize>,
     /// Blocks the request-handling futures run in (see `conn::slab`).
     pub request_futures: crate::conn::slab::FutureSlab,
-    pub exchanges_peak: Cell<usize>,
+    /// Requests being handled on this shard, all generations (see
+    /// [`Shard::request_started`]); what a drain cut at its deadline.
+    pub in_flight: Rc<Cell<usize>>,
+    /// The configuration generation this shard state belongs to (1 at start).
+    pub generation: u64,
+    /// The next generation, once a reload made one (see [`crate::generation`]).
+    pub successor: RefCell<Option<Rc<Shard>>>,
 }
 
-/// What a shard reports once its sockets are bound (or why it could not):
-/// listener addresses, the admin address, and the handle that wakes it.
-pub type BindReport = Result<(Vec<SocketAddr>, Option<SocketAddr>, Arc<Notifier>), String>;
+/// What a shard reports once it accepts on its first generation's sockets
+/// (or why it cannot).
+pub type BindReport = Result<(), String>;
 
 impl Shard {
-    fn new(id: usize, rt: Arc<Runtime>, driver: Rc<Driver>, max_connections: usize) -> Shard {
+    /// A shard state for `rt`; `prev` is the generation it follows, whose
+    /// connection count, gate, drain flag and in-flight count it shares.
+    pub fn new(
+        id: usize,
+        rt: Arc<Runtime>,
+        driver: Rc<Driver>,
+        prev: Option<&Shard>,
+        generation: u64,
+    ) -> Shard {
         let l = &rt.config.limits;
+        let shards = rt.metrics.shards.len();
         Shard {
             id,
             counters: rt.metrics.shards[id].clone(),
@@ -88,25 +109,34 @@ impl Shard {
                 .access_log
                 .as_ref()
                 .map(|a| a.shard(id, rt.metrics.shards[id].clone(), l.max_request_line)),
-            draining: Cell::new(false),
+            draining: prev.map_or_else(Default::default, |p| p.draining.clone()),
             shutdown: Semaphore::new(0),
-            gate: Gate::new(),
+            gate: prev.map_or_else(|| Rc::new(Gate::new()), |p| p.gate.clone()),
             req_parser: RequestParser::new(rt.request_limits),
             resp_parser: ResponseParser::new(
                 l.max_response_header_bytes,
                 rt.response_max_headers(),
             ),
             driver,
-            open_connections: Cell::new(0),
-            max_connections,
-            connections_high: Cell::new(0),
-            capacity_waiters: RefCell::new(Vec::new()),
+            open_connections: prev.map_or_else(Default::default, |p| p.open_connections.clone()),
+            max_connections: rt.max_connections.div_ceil(shards.max(1)).max(1),
+            connections_high: prev.map_or_else(Default::default, |p| p.connections_high.clone()),
+            capacity_waiters: prev.map_or_else(Default::default, |p| p.capacity_waiters.clone()),
             exchanges: RefCell::new(Vec::with_capacity(rt.config.io.idle_exchanges)),
             exchanges_out: Cell::new(0),
-            request_futures: Default::default(),
             exchanges_peak: Cell::new(0),
+            request_futures: Default::default(),
+            in_flight: prev.map_or_else(Default::default, |p| p.in_flight.clone()),
+            generation,
+            successor: RefCell::new(None),
             rt,
         }
+    }
+
+    /// A request started (its head is parsed): counted until the guard drops.
+    pub fn request_started(&self) -> InFlight<'_> {
+        self.in_flight.set(self.in_flight.get() + 1);
+        InFlight(&self.in_flight)
     }
 
     /// A connection closed: wake an accept loop paused at the cap.
@@ -136,14 +166,182 @@ pub fn driver_options(rt: &Runtime, shards: usize) -> crate::io::Options {
     o
 }
 
-/// The body of a shard's executor: bind, report, serve until drained.
+/// An [`InFlight`] guard: one request being handled (see [`Shard::request_started`]).
+pub struct InFlight<'a>(&'a Cell<usize>);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// What a shard thread holds across its generations.
+struct Local {
+    id: usize,
+    driver: Rc<Driver>,
+    /// The newest generation: new connections run on it.
+    current: RefCell<Rc<Shard>>,
+    /// Every generation made, for the tick and the drain (dead ones pruned).
+    gens: RefCell<Vec<Weak<Shard>>>,
+    /// One entry per listening socket this shard accepts on.
+    listeners: RefCell<Vec<Rc<Entry>>>,
+    /// The admin endpoint's own shard state: closing its `shutdown` ends the
+    /// admin task of a generation without touching client connections.
+    admin: RefCell<Option<Rc<Shard>>>,
+    /// Every accept loop runs in it: closing it waits until each has served
+    /// what its socket had already accepted.
+    accepts: RefCell<Rc<Gate>>,
+    /// Closed when the drain starts.
+    stopped: Semaphore,
+}
+
+/// One listening socket's accept loop.
+struct Entry {
+    /// The listener's configured `bind`.
+    key: SocketAddr,
+    /// Its index in the current generation's runtime.
+    index: Cell<usize>,
+    /// The generation new connections run on.
+    shard: RefCell<Rc<Shard>>,
+    /// Closed to stop accepting (listener removed, handed off, drain).
+    stop: Semaphore,
+}
+
+impl Local {
+    fn current(&self) -> Rc<Shard> {
+        self.current.borrow().clone()
+    }
+
+    fn live_gens(&self) -> Vec<Rc<Shard>> {
+        let mut gens = self.gens.borrow_mut();
+        gens.retain(|g| g.strong_count() > 0);
+        gens.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Makes `up` the current generation: kept listeners accept into it,
+    /// removed ones stop, added ones start.
+    fn apply(self: &Rc<Self>, up: Update) -> Result<(), String> {
+        let prev = self.current();
+        let next = Rc::new(Shard::new(
+            self.id,
+            up.rt.clone(),
+            self.driver.clone(),
+            Some(&prev),
+            up.generation,
+        ));
+        *prev.successor.borrow_mut() = Some(next.clone());
+        // Its endpoints' indices mean nothing to the new runtime.
+        prev.pool.clear();
+        self.gens.borrow_mut().push(Rc::downgrade(&next));
+        *self.current.borrow_mut() = next.clone();
+        up.rt.metrics.shards[self.id]
+            .engine
+            .set_driver(self.driver.kind());
+        spawn_prober(&next);
+        let listeners = self.serve_listeners(&next, up.listeners);
+        let admin = self.serve_admin(&next, up.admin);
+        listeners.and(admin)
+    }
+
+    fn serve_listeners(
+        self: &Rc<Self>,
+        shard: &Rc<Shard>,
+        list: Vec<ListenerFd>,
+    ) -> Result<(), String> {
+        let old = std::mem::take(&mut *self.listeners.borrow_mut());
+        let mut now = Vec::with_capacity(list.len());
+        for e in old {
+            match list.iter().find(|l| l.key == e.key) {
+                Some(l) => {
+                    e.index.set(l.index);
+                    *e.shard.borrow_mut() = shard.clone();
+                    now.push(e);
+                }
+                None => e.stop.close(),
+            }
+        }
+        let mut result = Ok(());
+        for l in list {
+            let Some(fd) = l.fd else { continue };
+            match Listener::from_fd(fd, &self.driver) {
+                Ok(listener) => {
+                    let e = Rc::new(Entry {
+                        key: l.key,
+                        index: Cell::new(l.index),
+                        shard: RefCell::new(shard.clone()),
+                        stop: Semaphore::new(0),
+                    });
+                    let gate = self.accepts.borrow().clone();
+                    if let Ok(t) = gate.spawn(accept_loop(e.clone(), listener)) {
+                        t.detach();
+                        now.push(e);
+                    }
+                }
+                Err(e) => {
+                    result = Err(format!("listeners[{}]: {}: {e}", l.index, l.key));
+                }
+            }
+        }
+        *self.listeners.borrow_mut() = now;
+        result
+    }
+
+    fn serve_admin(&self, shard: &Rc<Shard>, fd: Option<RawFd>) -> Result<(), String> {
+        if let Some(old) = self.admin.borrow_mut().take() {
+            old.shutdown.close();
+        }
+        let Some(fd) = fd else { return Ok(()) };
+        let listener = Listener::from_fd(fd, &self.driver).map_err(|e| format!("admin: {e}"))?;
+        let admin = Rc::new(Shard::new(
+            self.id,
+            shard.rt.clone(),
+            self.driver.clone(),
+            Some(shard),
+            shard.generation,
+        ));
+        glommio::spawn_local(crate::admin::serve(admin.clone(), listener)).detach();
+        *self.admin.borrow_mut() = Some(admin);
+        Ok(())
+    }
+
+    fn stop_accepting(&self) {
+        for e in self.listeners.borrow_mut().drain(..) {
+            e.stop.close();
+        }
+    }
+
+    /// Waits until every stopped accept loop has served what its socket had
+    /// already accepted (later listeners start in a fresh gate).
+    async fn accept_loops_done(&self) {
+        let gate = std::mem::replace(&mut *self.accepts.borrow_mut(), Rc::new(Gate::new()));
+        let _ = gate.close().await;
+    }
+
+    fn begin_drain(&self) {
+        let cur = self.current();
+        if cur.draining.replace(true) {
+            return;
+        }
+        self.stop_accepting();
+        for g in self.live_gens() {
+            g.shutdown.close();
+        }
+        if let Some(a) = self.admin.borrow_mut().take() {
+            a.shutdown.close();
+        }
+        self.stopped.close();
+    }
+}
+
+/// The body of a shard's executor: accept on the first generation's sockets,
+/// report, serve (and switch generations) until drained.
 pub async fn run(
     id: usize,
-    rt: Arc<Runtime>,
-    binds: Vec<SocketAddr>,
-    admin: Option<SocketAddr>,
+    first: Update,
+    mailbox: Arc<Mailbox>,
     report: std::sync::mpsc::Sender<BindReport>,
 ) {
+    let rt = first.rt.clone();
     let shards = rt.metrics.shards.len();
     let opts = driver_options(&rt, shards);
     let driver = match Driver::new_or_fallback(&opts) {
@@ -166,88 +364,95 @@ pub async fn run(
         }
     };
     rt.metrics.shards[id].engine.set_driver(driver.kind());
-    let max_conns = rt.max_connections.div_ceil(shards.max(1)).max(1);
-    let shard = Rc::new(Shard::new(id, rt.clone(), driver.clone(), max_conns));
+    mailbox.set_notifier(driver.notifier());
+    let shard = Rc::new(Shard::new(id, rt, driver.clone(), None, first.generation));
     let driver_task = glommio::spawn_local(driver.clone().run());
-    let mut listeners = Vec::with_capacity(binds.len());
-    let mut bound = Vec::with_capacity(binds.len());
-    for (i, addr) in binds.iter().enumerate() {
-        match crate::io::bind_listener(*addr).and_then(|fd| Listener::from_fd(fd, &driver)) {
-            Ok(l) => {
-                bound.push(l.local_addr().unwrap_or(*addr));
-                listeners.push(l);
-            }
-            Err(e) => {
-                let _ = report.send(Err(format!("listeners[{i}]: cannot bind {addr}: {e}")));
-                driver.stop();
-                return;
-            }
+    let local = Rc::new(Local {
+        id,
+        driver: driver.clone(),
+        current: RefCell::new(shard.clone()),
+        gens: RefCell::new(vec![Rc::downgrade(&shard)]),
+        listeners: RefCell::new(Vec::new()),
+        admin: RefCell::new(None),
+        accepts: RefCell::new(Rc::new(Gate::new())),
+        stopped: Semaphore::new(0),
+    });
+    let bound = local
+        .serve_listeners(&shard, first.listeners)
+        .and_then(|()| local.serve_admin(&shard, first.admin));
+    drop(shard);
+    let failed = bound.is_err();
+    let _ = report.send(bound);
+    if !failed {
+        spawn_prober(&local.current());
+        glommio::spawn_local(tick(local.clone())).detach();
+        glommio::spawn_local(watch(local.clone(), mailbox)).detach();
+        let _ = local.stopped.acquire(1).await;
+        // Connections the listeners had already accepted join the gate first.
+        local.accept_loops_done().await;
+        for g in local.live_gens() {
+            g.pool.clear();
+        }
+        let cur = local.current();
+        let gate = cur.gate.clone();
+        let finished = driver
+            .timeout(cur.rt.timeouts.drain, async {
+                let _ = gate.close().await;
+            })
+            .await
+            .is_some();
+        if !finished {
+            let l = &crate::lifecycle::LIFECYCLE;
+            l.cut_requests
+                .fetch_add(cur.in_flight.get() as u64, Ordering::AcqRel);
+            l.cut_connections
+                .fetch_add(cur.open_connections.get() as u64, Ordering::AcqRel);
         }
     }
-    let admin_listener = match admin {
-        Some(addr) => {
-            match crate::io::bind_listener(addr).and_then(|fd| Listener::from_fd(fd, &driver)) {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    let _ = report.send(Err(format!("admin: cannot bind {addr}: {e}")));
-                    driver.stop();
-                    return;
-                }
-            }
-        }
-        None => None,
-    };
-    let admin_bound = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let _ = report.send(Ok((bound, admin_bound, driver.notifier())));
-
-    for (li, listener) in listeners.into_iter().enumerate() {
-        glommio::spawn_local(accept_loop(shard.clone(), li, listener)).detach();
-    }
-    if let Some(l) = admin_listener {
-        glommio::spawn_local(crate::admin::serve(shard.clone(), l)).detach();
-    }
-    glommio::spawn_local(tick(shard.clone())).detach();
-    if id == 0 && rt.clusters.iter().any(|c| c.active.is_some()) {
-        // Active health checks run on one shard: an endpoint is probed once
-        // per interval, not once per shard.
-        glommio::spawn_local(crate::health::run_prober(rt.clone(), driver.clone())).detach();
-    }
-    glommio::spawn_local(watch_drain(shard.clone())).detach();
-
-    // Wait for the drain: the semaphore never has permits, closing it wakes us.
-    let _ = shard.shutdown.acquire(1).await;
-    shard.pool.clear();
-    let _ = driver
-        .timeout(rt.timeouts.drain, async {
-            let _ = shard.gate.close().await;
-        })
-        .await;
+    local.stop_accepting();
     driver.stop();
     driver_task.await;
 }
 
-/// Starts the drain when the main thread says so (it sets the flag, then
-/// notifies every shard's driver).
-async fn watch_drain(shard: Rc<Shard>) {
-    loop {
-        if shard.rt.draining.load(Ordering::Acquire) {
-            begin_drain(&shard);
-            return;
-        }
-        or(shard.driver.notified(), async {
-            let _ = shard.shutdown.acquire(1).await;
-        })
-        .await;
-        if shard.draining.get() {
-            return;
-        }
+/// Starts the active health checks of `shard`'s runtime on shard 0 (an
+/// endpoint is probed once per interval, not once per shard); they end when
+/// that runtime is retired by a reload or drains.
+fn spawn_prober(shard: &Shard) {
+    let rt = &shard.rt;
+    if shard.id == 0 && rt.clusters.iter().any(|c| c.active.is_some()) {
+        glommio::spawn_local(crate::health::run_prober(rt.clone(), shard.driver.clone())).detach();
     }
 }
 
-fn begin_drain(shard: &Shard) {
-    if !shard.draining.get() {
-        shard.draining.set(true);
-        shard.shutdown.close();
+/// Carries out the main thread's commands (it posts, then notifies the
+/// driver; the tick-long sleep is a backstop, not the mechanism).
+async fn watch(local: Rc<Local>, mailbox: Arc<Mailbox>) {
+    loop {
+        while let Some((seq, cmd)) = mailbox.take() {
+            match cmd {
+                Command::Apply(up) => {
+                    let generation = up.generation;
+                    if let Err(e) = local.apply(up) {
+                        crate::log_warn!(
+                            "shard",
+                            "shard {}: generation {generation}: {e}",
+                            local.id
+                        );
+                    }
+                }
+                Command::StopAccepting => {
+                    local.stop_accepting();
+                    local.accept_loops_done().await;
+                }
+                Command::Drain => {
+                    local.begin_drain();
+                    mailbox.ack(seq);
+                    return;
+                }
+            }
+            mailbox.ack(seq);
+        }
+        let _ = local.driver.timeout(TICK, local.driver.notified()).await;
     }
 }
 
@@ -263,10 +468,16 @@ async fn below_cap(shard: &Shard) {
     .await
 }
 
-async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
-    let counters = shard.counters.clone();
+/// How long a listener that stops accepting keeps serving connections the
+/// kernel had already handed to this shard (io_uring's multishot accept
+/// queues them before the loop asks).
+const STOP_GRACE: Duration = Duration::from_millis(50);
+
+async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
     let mut last_log: Option<Instant> = None;
     loop {
+        let shard = entry.shard.borrow().clone();
+        let counters = shard.counters.clone();
         if shard.open_connections.get() >= shard.max_connections {
             // At the cap: stop taking connections (the backlog holds them)
             // instead of accepting and refusing, or spinning on EMFILE.
@@ -288,7 +499,7 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
                     true
                 },
                 async {
-                    let _ = shard.shutdown.acquire(1).await;
+                    let _ = entry.stop.acquire(1).await;
                     false
                 },
             )
@@ -299,27 +510,15 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
             listener.resume();
         }
         let accepted = or(async { Some(listener.accept().await) }, async {
-            let _ = shard.shutdown.acquire(1).await;
+            let _ = entry.stop.acquire(1).await;
             None
         })
         .await;
         match accepted {
             None => break,
+            // The generation may have changed while this loop waited.
             Some(Ok((sock, peer))) => {
-                let open = shard.open_connections.get() + 1;
-                shard.open_connections.set(open);
-                if open > shard.connections_high.get() {
-                    shard.connections_high.set(open);
-                }
-                let task = shard
-                    .gate
-                    .spawn(crate::conn::serve(shard.clone(), li, sock, peer));
-                match task {
-                    Ok(task) => {
-                        task.detach();
-                    }
-                    Err(_) => shard.connection_closed(),
-                }
+                spawn_connection(&entry.shard.borrow().clone(), entry.index.get(), sock, peer)
             }
             Some(Err(e)) => {
                 counters.engine.accept_error(e.raw_os_error().unwrap_or(0));
@@ -333,17 +532,38 @@ async fn accept_loop(shard: Rc<Shard>, li: usize, listener: Listener) {
             }
         }
     }
-    // Dropping the listener closes this shard's socket; others may still accept
-    // until their own drain starts.
+    // Stopped: take nothing more off the backlog, but serve what the kernel
+    // already accepted for us, then close this shard's socket (others — in
+    // this process or the one the sockets were handed to — keep accepting).
+    listener.pause();
+    let shard = entry.shard.borrow().clone();
+    while let Some(Ok((sock, peer))) = shard.driver.timeout(STOP_GRACE, listener.accept()).await {
+        spawn_connection(&shard, entry.index.get(), sock, peer);
+    }
 }
 
-async fn tick(shard: Rc<Shard>) {
+fn spawn_connection(shard: &Rc<Shard>, li: usize, sock: crate::io::Sock, peer: SocketAddr) {
+    let open = shard.open_connections.get() + 1;
+    shard.open_connections.set(open);
+    if open > shard.connections_high.get() {
+        shard.connections_high.set(open);
+    }
+    match shard
+        .gate
+        .spawn(crate::conn::serve(shard.clone(), li, sock, peer))
+    {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(_) => shard.connection_closed(),
+    }
+}
+
+async fn tick(local: Rc<Local>) {
     let mut n = 0u64;
     loop {
-        shard.driver.sleep(TICK).await;
-        if shard.rt.draining.load(Ordering::Relaxed) {
-            begin_drain(&shard);
-        }
+        local.driver.sleep(TICK).await;
+        let shard = local.current();
         shard
             .counters
             .heap_allocations
@@ -360,10 +580,11 @@ async fn tick(shard: Rc<Shard>) {
         );
         n += 1;
         if n.is_multiple_of(10) {
-            shard.pool.sweep(Instant::now());
-            let rt = &shard.rt;
-            shard.seen.changed(rt, |ep| shard.pool.retire(ep));
-            crate::conn::trim_memory(&shard);
+            for g in local.live_gens() {
+                g.pool.sweep(Instant::now());
+                g.seen.changed(&g.rt, |ep| g.pool.retire(ep));
+                crate::conn::trim_memory(&g);
+            }
         }
     }
 }

@@ -327,7 +327,7 @@ fn help_exits_zero() {
 }
 
 #[test]
-fn version_prints_name_and_version() {
+fn version_prints_name_version_and_git_revision() {
     let run = run_zgix(&["--version"]);
     assert!(
         run.status.success(),
@@ -339,7 +339,7 @@ fn version_prints_name_and_version() {
         run.stdout
             .lines()
             .chain(run.stderr.lines())
-            .any(|l| l == "zgix 0.1.0"),
+            .any(|l| l.starts_with("zgix 0.1.0 (git ") && l.ends_with(')')),
         "stdout:\n{}\nstderr:\n{}",
         run.stdout,
         run.stderr

@@ -49,3 +49,44 @@ to_us() {
         if (u == "ms") n *= 1000; else if (u == "s") n *= 1000000; else if (u == "m") n *= 60000000
         printf "%.0f", n }'
 }
+
+# wait_quiet MAX_S CPU...: waits (up to MAX_S seconds, 0: not at all) until
+# the given CPUs were each under 10 % busy over half a second, so that a run
+# does not start while something else (a compiler, a test suite) holds the
+# cores. Call it between runs, when every process started here is idle.
+# Adds the seconds waited to $quiet_waited.
+quiet_waited=0
+wait_quiet() {
+    local max="$1" start now busy
+    shift
+    [ "$max" -gt 0 ] || return 0
+    start="$(date +%s)"
+    while :; do
+        busy="$(cpus_busy_pct 0.5 "$@")"
+        [ "$busy" -lt 10 ] && break
+        now="$(date +%s)"
+        if [ $(( now - start )) -ge "$max" ]; then
+            echo "$bench_name: note: CPUs $* still ${busy}% busy after ${max}s of waiting; going on" >&2
+            break
+        fi
+        sleep 1
+    done
+    now="$(date +%s)"
+    quiet_waited=$(( quiet_waited + now - start ))
+}
+
+# cpus_busy_pct SECONDS CPU...: the highest busy share (%) of the given CPUs
+# over SECONDS (/proc/stat).
+cpus_busy_pct() {
+    local secs="$1" a b
+    shift
+    a="$(cat /proc/stat)"
+    sleep "$secs"
+    b="$(cat /proc/stat)"
+    awk -v list="$*" 'BEGIN { n = split(list, c, " "); for (i = 1; i <= n; i++) want["cpu" c[i]] = 1 }
+        FNR == 1 { f++ }
+        ($1 in want) { t = 0; for (i = 2; i <= NF; i++) t += $i; busy = t - $5 - $6
+                       if (f == 1) { t0[$1] = t; b0[$1] = busy } else { dt = t - t0[$1]
+                       p = dt > 0 ? 100 * (busy - b0[$1]) / dt : 0; if (p > m) m = p } }
+        END { printf "%d", m }' <(echo "$a") <(echo "$b")
+}

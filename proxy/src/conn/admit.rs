@@ -21,6 +21,9 @@ impl Conn {
     /// One parsed request from admission to its last response byte, with
     /// its access-log record and duration (every decision counted).
     pub(super) async fn handle_request(&mut self) -> Next {
+        let shard = self.shard.clone();
+        // Counted while handled: a drain cut at its deadline reports it.
+        let _in_flight = shard.request_started();
         let t0 = self.shard.driver.now();
         self.begin_record();
         let next = self.admit_and_route(t0).await;

@@ -17,6 +17,9 @@ pub(super) enum HeadRead {
     Ready,
     /// Clean end: EOF or drain between requests, or idle timeout.
     Closed,
+    /// A reload made a newer configuration while the connection idled: it
+    /// now belongs to that generation; read the head again there.
+    Moved,
     TimedOut,
     Bad(ParseError),
 }
@@ -217,6 +220,17 @@ impl Conn {
                         }
                     }
                 };
+                if r.is_ok() && !first {
+                    // Bytes of a new request: it starts on the newest config.
+                    match crate::generation::follow(&mut self.shard, self.li) {
+                        crate::generation::Follow::Stay => {}
+                        crate::generation::Follow::Move(li) => {
+                            self.li = li;
+                            return HeadRead::Moved;
+                        }
+                        crate::generation::Follow::Close => return HeadRead::Closed,
+                    }
+                }
                 match r {
                     Ok(()) => self.x = Some(take_exchange(&shard, self.li)),
                     Err(e) if is_timeout(&e) && deadline.is_some() => return HeadRead::TimedOut,

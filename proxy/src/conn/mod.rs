@@ -305,6 +305,7 @@ impl Conn {
         loop {
             match self.read_head(first).await {
                 head::HeadRead::Ready => {}
+                head::HeadRead::Moved => continue,
                 head::HeadRead::Closed => return,
                 head::HeadRead::TimedOut => {
                     // A head that started but did not finish in time: RFC 9110 §15.5.9.
@@ -325,6 +326,7 @@ impl Conn {
                 }
             }
             first = false;
+            let shard = self.shard.clone();
             let next = shard.request_futures.run(self.handle_request()).await;
             if next == Next::Close {
                 self.close_gracefully().await;

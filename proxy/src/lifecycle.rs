@@ -1,0 +1,112 @@
+//! Process state that outlives any one runtime: config generation, reload outcomes, the drain gauge and what a drain cut (rendered beside the runtime's metrics); the log-reopen hook; systemd readiness over `$NOTIFY_SOCKET`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// Counters of the process lifecycle, written by the main thread (and the
+/// shards at the drain deadline), read by `/metrics`.
+pub struct Lifecycle {
+    /// 1 for the configuration loaded at start, +1 per applied reload.
+    pub generation: AtomicU64,
+    pub reloads_applied: AtomicU64,
+    pub reloads_rejected: AtomicU64,
+    pub draining: AtomicBool,
+    /// Requests and connections still open when the drain deadline passed.
+    pub cut_requests: AtomicU64,
+    pub cut_connections: AtomicU64,
+}
+
+pub static LIFECYCLE: Lifecycle = Lifecycle {
+    generation: AtomicU64::new(1),
+    reloads_applied: AtomicU64::new(0),
+    reloads_rejected: AtomicU64::new(0),
+    draining: AtomicBool::new(false),
+    cut_requests: AtomicU64::new(0),
+    cut_connections: AtomicU64::new(0),
+};
+
+/// Exit status when the drain deadline cut a request or a connection
+/// (documented in docs/lifecycle.md and `zgix --help`).
+pub const EXIT_DRAIN_CUT: i32 = 3;
+
+/// Appends the lifecycle series in the Prometheus text format 0.0.4.
+pub fn render(out: &mut String) {
+    let l = &LIFECYCLE;
+    let _ = writeln!(
+        out,
+        "# HELP zgix_config_reloads_total Configuration reloads (SIGHUP) by outcome.\n\
+         # TYPE zgix_config_reloads_total counter\n\
+         zgix_config_reloads_total{{result=\"applied\"}} {}\n\
+         zgix_config_reloads_total{{result=\"rejected\"}} {}\n\
+         # HELP zgix_config_generation Configuration generation in use (1 at start, +1 per applied reload).\n\
+         # TYPE zgix_config_generation gauge\n\
+         zgix_config_generation {}\n\
+         # HELP zgix_draining 1 while the process drains before exiting.\n\
+         # TYPE zgix_draining gauge\n\
+         zgix_draining {}",
+        l.reloads_applied.load(Relaxed),
+        l.reloads_rejected.load(Relaxed),
+        l.generation.load(Relaxed),
+        u8::from(l.draining.load(Relaxed)),
+    );
+}
+
+/// Reopens log files (SIGUSR1, for logrotate). zgix writes only to stderr
+/// today, which the supervisor owns, so there is nothing to reopen yet; the
+/// access log connects its reopen function here.
+pub fn reopen_logs() {
+    crate::log_info!("server", "signal USR1: log files reopened");
+}
+
+/// Sends `state` (e.g. `READY=1`) to systemd when it started us with
+/// `Type=notify`; does nothing otherwise. See sd_notify(3): the socket is a
+/// datagram socket, `@` at the start of its name means the abstract namespace.
+pub fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    if let Err(e) = send_notify(&path, state) {
+        crate::log_warn!("server", "cannot notify systemd ({state}): {e}");
+    }
+}
+
+fn send_notify(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let sock = UnixDatagram::unbound()?;
+    let bytes = path.as_bytes();
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name)?,
+        None => SocketAddr::from_pathname(std::path::Path::new(path))?,
+    };
+    sock.send_to_addr(state.as_bytes(), &addr)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_reload_generation_and_draining_series() {
+        let mut o = String::new();
+        render(&mut o);
+        assert!(o.contains("zgix_config_reloads_total{result=\"applied\"} "));
+        assert!(o.contains("zgix_config_reloads_total{result=\"rejected\"} "));
+        assert!(o.contains("\nzgix_config_generation "), "{o}");
+        assert!(o.contains("\nzgix_draining 0"), "{o}");
+    }
+
+    #[test]
+    fn notify_reaches_a_datagram_socket() {
+        let dir = std::env::temp_dir().join(format!("zgix-notify-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let rx = std::os::unix::net::UnixDatagram::bind(&dir).unwrap();
+        send_notify(dir.as_os_str(), "READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        let _ = std::fs::remove_file(&dir);
+    }
+}
