@@ -37,6 +37,9 @@ mod sock;
 mod timer;
 pub mod uring;
 
+#[cfg(test)]
+mod tests;
+
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
@@ -214,8 +217,11 @@ struct Slot {
     recv_armed: bool,
     /// The receive was stopped because `rq_len` reached its cap.
     recv_paused: bool,
-    /// The receive ended with `ENOBUFS` and waits for a buffer to come back.
+    /// The receive ended with `ENOBUFS` and waits for a buffer to come back;
+    /// meanwhile reads are plain `recv` calls on a readiness poll.
     recv_starved: bool,
+    /// That readiness poll is armed.
+    poll_armed: bool,
     /// Send or connect in flight.
     op: Op,
     /// Kernel operations that refer to this slot (the slot is not reused before 0).

@@ -217,7 +217,7 @@ impl Sock {
             let st = &mut *st;
             let s = &mut st.slots[self.token as usize];
             let ready = match &d.backend {
-                Backend::Uring(r) => r.has_input(s),
+                Backend::Uring(r) => r.has_input(s, self.token),
                 Backend::Epoll(_) => epoll::Epoll::has_input(s),
             };
             if ready {

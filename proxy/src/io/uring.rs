@@ -52,6 +52,7 @@ const K_CONNECT: u64 = 3;
 const K_ACCEPT: u64 = 4;
 const K_CANCEL: u64 = 5;
 const K_WAKE: u64 = 6;
+const K_POLL: u64 = 7;
 
 fn ud(kind: u64, token: u32, gen: u32) -> u64 {
     (kind << 56) | ((gen as u64 & 0x00ff_ffff) << 32) | token as u64
@@ -142,6 +143,8 @@ pub struct Ring {
     held: Cell<usize>,
     /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
     starved: RefCell<Vec<(u32, u32)>>,
+    /// Entries that found the submission queue full (see [`Ring::push`]).
+    backlog: RefCell<Vec<squeue::Entry>>,
     /// The eventfd the main thread writes to wake this shard, and the
     /// 8 bytes the armed read of it fills.
     evfd: RawFd,
@@ -192,6 +195,7 @@ impl Ring {
             bufs,
             held: Cell::new(0),
             starved: RefCell::new(Vec::with_capacity(64)),
+            backlog: RefCell::new(Vec::new()),
             evfd,
             wake_buf: Box::new(Cell::new(0)),
             #[cfg(debug_assertions)]
@@ -205,14 +209,43 @@ impl Ring {
 
     fn push(&self, e: &squeue::Entry) {
         let mut ring = self.ring.borrow_mut();
+        if !self.backlog.borrow().is_empty() {
+            self.backlog.borrow_mut().push(e.clone());
+            return;
+        }
         // SAFETY: every buffer and address an entry refers to outlives its
         // completion (see the module docs).
         if unsafe { ring.submission().push(e) }.is_err() {
-            // Full: hand what is queued to the kernel, then there is room.
+            // Full: hand what is queued to the kernel, then there is room,
+            // unless the kernel refuses new work while completions wait in
+            // its overflow list (EBUSY): then the entry waits in the backlog
+            // for the next turn, which reaps first.
             let _ = ring.submit();
             // SAFETY: as above.
-            let _ = unsafe { ring.submission().push(e) };
+            if unsafe { ring.submission().push(e) }.is_err() {
+                self.backlog.borrow_mut().push(e.clone());
+            }
         }
+    }
+
+    /// Moves backlogged entries into the submission queue while it has room.
+    fn flush_backlog(&self, ring: &mut IoUring) {
+        let mut backlog = self.backlog.borrow_mut();
+        if backlog.is_empty() {
+            return;
+        }
+        let mut moved = 0;
+        {
+            let mut sq = ring.submission();
+            for e in backlog.iter() {
+                // SAFETY: as in `push`.
+                if unsafe { sq.push(e) }.is_err() {
+                    break;
+                }
+                moved += 1;
+            }
+        }
+        backlog.drain(..moved);
     }
 
     fn arm_wake(&self) {
@@ -295,6 +328,19 @@ impl Ring {
         }
     }
 
+    /// A one-shot readiness poll for a starved socket (no buffer needed).
+    fn arm_poll(&self, s: &mut Slot, token: u32) {
+        if s.poll_armed || s.closed {
+            return;
+        }
+        let e = opcode::PollAdd::new(types::Fd(s.fd), libc::POLLIN as u32)
+            .build()
+            .user_data(ud(K_POLL, token, s.gen));
+        self.push(&e);
+        s.poll_armed = true;
+        s.ops += 1;
+    }
+
     pub(super) fn release(&self, d: &Driver, token: u32) {
         let mut st = d.st.borrow_mut();
         let st = &mut *st;
@@ -307,7 +353,7 @@ impl Ring {
         s.rq_tail = NO_BUF;
         s.rq_len = 0;
         s.rq_off = 0;
-        let (armed, role, gen, fd) = (s.recv_armed, s.role, s.gen, s.fd);
+        let (armed, role, gen, fd, polled) = (s.recv_armed, s.role, s.gen, s.fd, s.poll_armed);
         debug_assert!(!matches!(s.op, Op::InFlight | Op::Cancelling));
         while bid != NO_BUF {
             let next = self.meta.borrow()[bid as usize].next;
@@ -321,6 +367,9 @@ impl Ring {
                 K_RECV
             };
             self.cancel(kind, token, gen);
+        }
+        if polled {
+            self.cancel(K_POLL, token, gen);
         }
         // The armed receive holds its own reference to the socket: the
         // socket itself closes (FIN) once the cancel above completes.
@@ -370,6 +419,30 @@ impl Ring {
         if n > 0 || buf.is_empty() {
             return Some(Ok(n));
         }
+        if s.recv_starved && !s.hup {
+            // The buffer ring ran dry: read straight into the caller's
+            // buffer while it refills, so a starved socket never waits for
+            // other sockets' readers (no shard-wide stall).
+            // SAFETY: buf is valid for buf.len() bytes; fd is open.
+            let r =
+                unsafe { libc::recv(s.fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if r > 0 {
+                return Some(Ok(r as usize));
+            }
+            if r == 0 {
+                s.hup = true;
+                return Some(Ok(0));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                s.hup = true;
+                s.error = e.raw_os_error().unwrap_or(libc::EIO);
+                return Some(Err(e));
+            }
+            s.readable = false;
+            self.arm_poll(s, token);
+            return None;
+        }
         if s.hup {
             return Some(if s.error != 0 {
                 Err(io::Error::from_raw_os_error(s.error))
@@ -380,9 +453,20 @@ impl Ring {
         None
     }
 
-    /// Whether a read would complete now (bytes queued, or EOF/error).
-    pub(super) fn has_input(&self, s: &Slot) -> bool {
-        s.rq_head != NO_BUF || s.hup
+    /// Whether a read would complete now (bytes queued, or EOF/error, or a
+    /// starved socket's poll said readable). A starved socket with nothing
+    /// to report gets its readiness poll armed.
+    pub(super) fn has_input(&self, s: &mut Slot, token: u32) -> bool {
+        if s.rq_head != NO_BUF || s.hup {
+            return true;
+        }
+        if s.recv_starved {
+            if s.readable {
+                return true;
+            }
+            self.arm_poll(s, token);
+        }
+        false
     }
 
     pub(super) fn start_send(&self, s: &mut Slot, token: u32, buf: &[u8]) {
@@ -450,6 +534,7 @@ impl Ring {
     pub(super) fn turn(&self, d: &Driver, wait: Option<Duration>) -> usize {
         {
             let mut ring = self.ring.borrow_mut();
+            self.flush_backlog(&mut ring);
             let (sq_len, taskrun, overflow) = {
                 let mut sq = ring.submission();
                 sq.sync();
@@ -592,6 +677,12 @@ impl Ring {
                     s.recv_paused = true;
                     d.stats.recv_paused.set(d.stats.recv_paused.get() + 1);
                 }
+                s.rd.wake();
+            }
+            K_POLL => {
+                s.poll_armed = false;
+                s.ops -= 1;
+                s.readable = true;
                 s.rd.wake();
             }
             K_SEND | K_CONNECT => {
