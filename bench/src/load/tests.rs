@@ -1,0 +1,64 @@
+//! Unit tests of the load generator.
+
+use super::*;
+
+#[test]
+fn urls() {
+    let (a, h, p) = parse_url("http://127.0.0.1:8080/x?y=1").unwrap();
+    assert_eq!(
+        (a.port(), h.as_str(), p.as_str()),
+        (8080, "127.0.0.1:8080", "/x?y=1")
+    );
+    let (a, _, p) = parse_url("http://127.0.0.1").unwrap();
+    assert_eq!((a.port(), p.as_str()), (80, "/"));
+    assert!(parse_url("https://127.0.0.1/").is_err());
+    assert!(parse_url("http:///").is_err());
+}
+
+#[test]
+fn request_bytes_with_headers() {
+    let mut cfg = LoadConfig::new(
+        "127.0.0.1:9".parse().unwrap(),
+        "/a",
+        1,
+        Duration::from_secs(1),
+    );
+    cfg.headers.push("X-Key: 1".into());
+    assert_eq!(
+        cfg.request_bytes(),
+        b"GET /a HTTP/1.1\r\nHost: 127.0.0.1:9\r\nX-Key: 1\r\n\r\n"
+    );
+}
+
+#[test]
+fn load_against_origin_end_to_end() {
+    let ocfg = crate::origin::OriginConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        cpus: vec![0],
+        body_bytes: 100,
+        delay: Duration::ZERO,
+        chunked: true,
+        echo: false,
+    };
+    let origin = crate::origin::start(&ocfg).unwrap();
+    let mut cfg = LoadConfig::new(origin.addr, "/", 4, Duration::from_millis(300));
+    cfg.sources = 2;
+    let report = execute(&cfg, false).unwrap();
+    let s = &report.stats;
+    assert!(s.completed > 0);
+    assert_eq!(s.status.get(&200), Some(&s.completed));
+    assert_eq!(s.errors.total(), 0);
+    assert_eq!(s.reconnects, 0);
+    assert_eq!(s.hist.len(), s.completed);
+
+    cfg.headers.push("Connection: close".into());
+    cfg.sources = 0;
+    cfg.rate = Some(200.0);
+    let report = execute(&cfg, false).unwrap();
+    assert!(report.stats.completed > 0);
+    assert_eq!(report.stats.errors.total(), 0);
+    assert!(report.stats.reconnects + 4 >= report.stats.completed);
+    let json = report.json();
+    assert_eq!(json["errors"]["read"], 0);
+    assert!(json["latency_us"]["p99"].as_u64().is_some());
+}
