@@ -30,6 +30,7 @@ pub struct EngineCounters {
     pub recv_rearm_nobufs: AtomicU64,
     pub recv_paused: AtomicU64,
     pub cq_overflows: AtomicU64,
+    pub sends_waited: AtomicU64,
     pub buffers_held: AtomicU64,
     /// Request states pooled and in use (copied by the shard tick).
     pub exchanges_pooled: AtomicU64,
@@ -73,6 +74,8 @@ impl EngineCounters {
             .store(s.recv_paused.get(), Ordering::Relaxed);
         self.cq_overflows
             .store(s.cq_overflows.get(), Ordering::Relaxed);
+        self.sends_waited
+            .store(s.sends_waited.get(), Ordering::Relaxed);
         self.buffers_held
             .store(d.buffers_held() as u64, Ordering::Relaxed);
     }
@@ -154,6 +157,12 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_io_cq_overflows_total",
         "Turns that found the completion queue had overflowed (no completion is lost).",
         sum(&|s| s.cq_overflows.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_sends_waited_total",
+        "Sends that found the socket's buffer full and waited for room (uring).",
+        sum(&|s| s.sends_waited.load(Ordering::Relaxed)),
     );
     gauge(
         o,

@@ -13,6 +13,9 @@
 //!   multishot `recv` into a per-shard provided-buffer ring, listeners accept
 //!   with multishot `accept`, sends and connects are SQEs that the driver
 //!   submits once per executor turn together with the reaping of completions.
+//!   Sends are tried inline (`MSG_DONTWAIT`); a shard about to park leaves
+//!   them for the park's `io_uring_enter`, which submits them and sleeps
+//!   until the next event past their completions ([`Turn`]).
 //!   With `DEFER_TASKRUN` the kernel never interrupts the shard for a
 //!   completion: it queues the work until the shard asks for it (the
 //!   `IORING_SQ_TASKRUN` flag says when), so a busy shard pays no syscall and
@@ -66,6 +69,32 @@ pub const PREEMPT_EVERY: Duration = Duration::from_millis(250);
 /// Empty turns, each followed by a yield, before the driver may park: tasks
 /// woken by other tasks get their turns first.
 const PARK_AFTER_EMPTY_TURNS: u32 = 2;
+
+/// What one turn of the driver does in the kernel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) enum Turn {
+    /// Submit what is queued and reap completions, without sleeping.
+    Poll,
+    /// Reap completions; enter the kernel only if it has completions or
+    /// deferred work for us, leaving queued sends for the park that follows
+    /// (at most [`uring::MAX_DEFERRED_TURNS`] turns in a row). On epoll, no
+    /// syscall: the park's wait collects what is ready.
+    Lazy,
+    /// The driver parks: submit, then sleep until an event other than the
+    /// inline sends just submitted, or the timeout.
+    Park(Duration),
+    /// Submit, then sleep until any completion or the timeout.
+    Wait(Duration),
+}
+
+impl Turn {
+    fn timeout(self) -> Option<Duration> {
+        match self {
+            Turn::Poll | Turn::Lazy => None,
+            Turn::Park(t) | Turn::Wait(t) => Some(t),
+        }
+    }
+}
 
 /// Which backend a driver runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -124,6 +153,9 @@ pub struct DriverStats {
     pub recv_paused: Cell<u64>,
     /// Completion-queue overflows seen (the kernel kept the entries).
     pub cq_overflows: Cell<u64>,
+    /// Sends that waited in the kernel for room because the socket was full
+    /// (the inline attempt got `EAGAIN`, or the previous send was short).
+    pub sends_waited: Cell<u64>,
 }
 
 /// Wakes a shard's driver from another thread (the drain, a reload).
@@ -224,6 +256,12 @@ struct Slot {
     poll_armed: bool,
     /// Send or connect in flight.
     op: Op,
+    /// The send in flight was submitted with `MSG_DONTWAIT` (it completes
+    /// within the submitting `io_uring_enter`, `EAGAIN` if the socket is full).
+    send_inline: bool,
+    /// The last send found the socket's buffer full (`EAGAIN` or a short
+    /// write): the next one waits for room in the kernel instead.
+    send_full: bool,
     /// Kernel operations that refer to this slot (the slot is not reused before 0).
     ops: u8,
     /// Accepted descriptors not yet taken (listeners).
@@ -410,7 +448,10 @@ impl Driver {
         let mut last_event = Instant::now();
         let mut empty_turns = 0u32;
         while !self.stopped.get() {
-            let n = self.turn(None);
+            // With no spin a quiet turn is followed by a park, which submits
+            // what the tasks queued together with its wait: one enter, not two.
+            let lazy = self.spin.is_zero() && empty_turns < PARK_AFTER_EMPTY_TURNS;
+            let n = self.turn(if lazy { Turn::Lazy } else { Turn::Poll });
             let now = Instant::now();
             self.clock.set(now);
             self.clock_live.set(true);
@@ -428,7 +469,7 @@ impl Driver {
                 let until = self.next_wake().map(|d| d.saturating_duration_since(now));
                 self.clock_live.set(false);
                 self.stats.parks.set(self.stats.parks.get() + 1);
-                if self.turn(Some(until.unwrap_or(Duration::from_secs(3600)))) > 0 {
+                if self.turn(Turn::Park(until.unwrap_or(Duration::from_secs(3600)))) > 0 {
                     last_event = Instant::now();
                     empty_turns = 0;
                 }
@@ -441,17 +482,20 @@ impl Driver {
         // Hand the kernel what the last round queued (the cancels of the
         // sockets and listeners just dropped, so they close now, not when
         // the process exits) and let its deferred work run.
-        self.turn(None);
-        self.turn(Some(Duration::from_millis(1)));
+        self.turn(Turn::Poll);
+        self.turn(Turn::Wait(Duration::from_millis(1)));
         self.clock_live.set(false);
     }
 
     /// Submits what is queued and dispatches what completed; with `wait`,
     /// sleeps up to that long for at least one event. Returns events handled.
-    fn turn(&self, wait: Option<Duration>) -> usize {
+    fn turn(&self, how: Turn) -> usize {
         match &self.backend {
-            Backend::Uring(r) => r.turn(self, wait),
-            Backend::Epoll(e) => e.turn(self, wait),
+            Backend::Uring(r) => r.turn(self, how),
+            // epoll learns of events only from a wait, and the park that
+            // follows a lazy turn waits (returning at once if any are ready).
+            Backend::Epoll(_) if how == Turn::Lazy => 0,
+            Backend::Epoll(e) => e.turn(self, how.timeout()),
         }
     }
 
@@ -466,7 +510,7 @@ impl Driver {
             if !busy {
                 return;
             }
-            self.turn(Some(Duration::from_millis(100)));
+            self.turn(Turn::Wait(Duration::from_millis(100)));
         }
     }
 

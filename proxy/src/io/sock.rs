@@ -352,14 +352,38 @@ impl OpWait<'_> {
             match s.op {
                 Op::Idle => {
                     match what {
-                        What::Send(b) => ring.start_send(s, token, b),
+                        What::Send(b) => {
+                            if s.send_full {
+                                d.stats.sends_waited.set(d.stats.sends_waited.get() + 1);
+                            }
+                            ring.start_send(s, token, b)
+                        }
                         What::Connect(a) => ring.start_connect(s, token, a),
                     }
                     self.started = true;
                 }
                 Op::InFlight if s.wr.timed_out => ring.cancel_op(s, token, self.connect),
                 Op::InFlight | Op::Cancelling => {}
+                Op::Done(res)
+                    if res == -libc::EAGAIN
+                        && s.send_inline
+                        && !self.connect
+                        && !s.wr.timed_out =>
+                {
+                    // The inline attempt found the socket full: send again,
+                    // waiting in the kernel for room this time.
+                    s.send_full = true;
+                    d.stats.sends_waited.set(d.stats.sends_waited.get() + 1);
+                    if let What::Send(b) = what {
+                        ring.start_send(s, token, b);
+                    }
+                }
                 Op::Done(res) => {
+                    if let What::Send(b) = what {
+                        // A short write means the socket filled up: the next
+                        // send waits for room; a whole one clears that.
+                        s.send_full = res >= 0 && (res as usize) < b.len();
+                    }
                     s.op = Op::Idle;
                     self.started = false;
                     let timed_out = std::mem::take(&mut s.wr.timed_out);

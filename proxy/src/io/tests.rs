@@ -1,4 +1,4 @@
-//! Tests of the driver itself on real loopback sockets: parking and cross-thread wake-ups, buffers given back by dropped sockets, multishot receives re-armed after `ENOBUFS`, an overflowing completion queue, deadlines, and sends cancelled by a timeout or a dropped waiter.
+//! Tests of the driver itself on real loopback sockets: parking and cross-thread wake-ups, buffers given back by dropped sockets, multishot receives re-armed after `ENOBUFS`, an overflowing completion queue, deadlines, sends cancelled by a timeout or a dropped waiter, and inline sends (submitted with the park, waiting for room when the socket is full).
 
 use std::io::{Read, Write};
 use std::net::TcpStream as StdStream;
@@ -238,6 +238,9 @@ fn a_dropped_send_waits_for_the_kernel_then_frees_its_socket() {
         let (s, peer) = pair(&d).await;
         {
             let big = vec![2u8; 64 << 20];
+            // One write fills the socket: the next send waits in the kernel.
+            let n = s.write(&big).await.unwrap();
+            assert!(n < big.len(), "64 MiB fitted in the socket buffer");
             let mut w = Box::pin(s.write_all(&big));
             // Started: the kernel holds the send, the peer reads nothing.
             assert!(futures_lite::future::poll_once(w.as_mut()).await.is_none());
@@ -250,4 +253,94 @@ fn a_dropped_send_waits_for_the_kernel_then_frees_its_socket() {
         drop(peer);
         until(&d, "the slot to be freed", || d.slots_in_use() == before).await;
     });
+}
+
+#[test]
+fn a_park_submits_the_reply_and_sleeps_until_the_next_request() {
+    on_driver(Options::new(Kind::Uring), |d| async move {
+        const ROUNDS: u64 = 200;
+        let (s, mut peer) = pair(&d).await;
+        s.set_read_timeout(Some(Duration::from_secs(10)));
+        // The peer sends a byte and waits for the answer, ROUNDS times.
+        let t = std::thread::spawn(move || {
+            peer.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            for i in 0..ROUNDS {
+                peer.write_all(&[i as u8]).unwrap();
+                peer.read_exact(&mut b).unwrap();
+                assert_eq!(b[0], (i as u8).wrapping_add(1), "round {i}");
+            }
+        });
+        let enters = d.stats.enters.get();
+        let mut b = [0u8; 1];
+        for _ in 0..ROUNDS {
+            assert_eq!(s.read(&mut b).await.unwrap(), 1);
+            s.write_all(&[b[0].wrapping_add(1)]).await.unwrap();
+        }
+        let per_round = (d.stats.enters.get() - enters) as f64 / ROUNDS as f64;
+        // Each round is one event (the peer's byte); the reply's send rides
+        // on the park that waits for it. A send submitted on its own, and
+        // its completion waking the park, would make this 2 or more.
+        assert!(
+            per_round < 1.6,
+            "{per_round:.2} enters per request-reply round"
+        );
+        assert_eq!(
+            d.stats.sends_waited.get(),
+            0,
+            "a 1-byte send waited for room"
+        );
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn a_send_that_finds_the_socket_full_waits_for_room_and_loses_nothing() {
+    for kind in kinds() {
+        on_driver(Options::new(kind), move |d| async move {
+            const LEN: usize = 16 << 20;
+            let (s, mut peer) = pair(&d).await;
+            s.set_write_timeout(Some(Duration::from_secs(20)));
+            let data: Vec<u8> = (0..LEN).map(|k| (k % 251) as u8).collect();
+            let (go, wait) = mpsc::channel::<()>();
+            let reader = std::thread::spawn(move || {
+                // Reads only once the sender has found the socket full.
+                wait.recv().unwrap();
+                let mut got = Vec::with_capacity(LEN);
+                peer.set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                let mut b = vec![0u8; 1 << 16];
+                while got.len() < LEN {
+                    let n = peer.read(&mut b).unwrap();
+                    assert!(n > 0, "EOF after {} bytes", got.len());
+                    got.extend_from_slice(&b[..n]);
+                }
+                got
+            });
+            let mut w = Box::pin(s.write_all(&data));
+            let full = d
+                .timeout(Duration::from_secs(10), async {
+                    loop {
+                        if futures_lite::future::poll_once(w.as_mut()).await.is_some() {
+                            panic!("{kind:?}: 16 MiB fitted in the socket buffer");
+                        }
+                        if kind == Kind::Epoll || d.stats.sends_waited.get() > 0 {
+                            return;
+                        }
+                        d.sleep(Duration::from_millis(5)).await;
+                    }
+                })
+                .await;
+            assert!(
+                full.is_some(),
+                "{kind:?}: no send ever found the socket full"
+            );
+            go.send(()).unwrap();
+            w.await.unwrap();
+            assert_eq!(s.bytes_written(), LEN as u64, "{kind:?}");
+            let got = reader.join().unwrap();
+            assert!(got == data, "{kind:?}: bytes lost or reordered");
+        });
+    }
 }

@@ -10,7 +10,8 @@
 //! completion for a socket that is gone gives its buffer back too, so no
 //! buffer is lost whatever is dropped when.
 //!
-//! A send reads the caller's bytes until its completion. The send future
+//! A send reads the caller's bytes until its completion (an inline send,
+//! `MSG_DONTWAIT`, completes within the enter that submits it). The send future
 //! waits for that completion even when it times out (it asks for a cancel
 //! and waits); a send future dropped early cancels and blocks until the
 //! kernel is done with the bytes ([`super::Driver::wait_op_done`]).
@@ -33,7 +34,7 @@ use std::time::Duration;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::buf::Mapping;
-use super::{Driver, Op, Options, Role, Slot, State, NO_BUF};
+use super::{Driver, Op, Options, Role, Slot, State, Turn, NO_BUF};
 
 /// What the one log line says when the ring is refused and the shard runs on epoll.
 pub const REFUSED_HINT: &str = "The ring needs io_uring_setup (seccomp profiles such as Docker's default \
@@ -45,6 +46,12 @@ pub const RQ_MAX: u16 = 4;
 
 /// Buffer group id of the shard's provided-buffer ring.
 const BGID: u16 = 0;
+
+/// Lazy turns in a row that may leave queued entries unsubmitted.
+pub const MAX_DEFERRED_TURNS: u32 = 2;
+
+/// Inline sends a park counts past (its `wait_nr` stays far below the CQ size).
+const MAX_INLINE_COUNTED: u32 = 64;
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
@@ -145,6 +152,11 @@ pub struct Ring {
     starved: RefCell<Vec<(u32, u32)>>,
     /// Entries that found the submission queue full (see [`Ring::push`]).
     backlog: RefCell<Vec<squeue::Entry>>,
+    /// `MSG_DONTWAIT` sends in the submission queue, not yet submitted: each
+    /// posts its completion within the enter that submits it.
+    inline_sends: Cell<u32>,
+    /// Lazy turns since the last enter.
+    deferred: Cell<u32>,
     /// The eventfd the main thread writes to wake this shard, and the
     /// 8 bytes the armed read of it fills.
     evfd: RawFd,
@@ -196,6 +208,8 @@ impl Ring {
             held: Cell::new(0),
             starved: RefCell::new(Vec::with_capacity(64)),
             backlog: RefCell::new(Vec::new()),
+            inline_sends: Cell::new(0),
+            deferred: Cell::new(0),
             evfd,
             wake_buf: Box::new(Cell::new(0)),
             #[cfg(debug_assertions)]
@@ -207,11 +221,12 @@ impl Ring {
         Ok(r)
     }
 
-    fn push(&self, e: &squeue::Entry) {
+    /// Queues an entry; true if it is in the submission queue (not the backlog).
+    fn push(&self, e: &squeue::Entry) -> bool {
         let mut ring = self.ring.borrow_mut();
         if !self.backlog.borrow().is_empty() {
             self.backlog.borrow_mut().push(e.clone());
-            return;
+            return false;
         }
         // SAFETY: every buffer and address an entry refers to outlives its
         // completion (see the module docs).
@@ -221,11 +236,14 @@ impl Ring {
             // its overflow list (EBUSY): then the entry waits in the backlog
             // for the next turn, which reaps first.
             let _ = ring.submit();
+            self.inline_sends.set(0);
             // SAFETY: as above.
             if unsafe { ring.submission().push(e) }.is_err() {
                 self.backlog.borrow_mut().push(e.clone());
+                return false;
             }
         }
+        true
     }
 
     /// Moves backlogged entries into the submission queue while it has room.
@@ -469,16 +487,30 @@ impl Ring {
         false
     }
 
+    /// Queues a send of `buf`. Unless the socket was full last time, it is
+    /// an inline send (`MSG_DONTWAIT`): the kernel completes it within the
+    /// enter that submits it, with what fitted or `EAGAIN`, and never keeps
+    /// it waiting, so a park can submit it and still sleep until the next
+    /// real event. After `EAGAIN` or a short write the send waits for room.
     pub(super) fn start_send(&self, s: &mut Slot, token: u32, buf: &[u8]) {
+        let inline = !s.send_full;
+        let flags = if inline {
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT
+        } else {
+            libc::MSG_NOSIGNAL
+        };
         let e = opcode::Send::new(
             types::Fd(s.fd),
             buf.as_ptr(),
             buf.len().min(u32::MAX as usize) as u32,
         )
-        .flags(libc::MSG_NOSIGNAL)
+        .flags(flags)
         .build()
         .user_data(ud(K_SEND, token, s.gen));
-        self.push(&e);
+        if self.push(&e) && inline {
+            self.inline_sends.set(self.inline_sends.get() + 1);
+        }
+        s.send_inline = inline;
         s.op = Op::InFlight;
         s.ops += 1;
     }
@@ -497,6 +529,7 @@ impl Ring {
         .build()
         .user_data(ud(K_CONNECT, token, s.gen));
         self.push(&e);
+        s.send_inline = false;
         s.op = Op::InFlight;
         s.ops += 1;
     }
@@ -529,9 +562,13 @@ impl Ring {
         self.held.get()
     }
 
-    /// Submits queued entries and reaps completions; with `wait`, sleeps
-    /// until at least one completion or the timeout.
-    pub(super) fn turn(&self, d: &Driver, wait: Option<Duration>) -> usize {
+    /// Submits queued entries (a lazy turn may leave them for the park) and
+    /// reaps completions; a park or wait sleeps until a completion or the
+    /// timeout. A park's `wait_nr` counts past the inline sends it submits:
+    /// their completions are posted before the kernel starts waiting, so it
+    /// sleeps until one more (a receive, an accept, a wake) arrives.
+    pub(super) fn turn(&self, d: &Driver, how: Turn) -> usize {
+        let wait: Option<Duration> = how.timeout();
         {
             let mut ring = self.ring.borrow_mut();
             self.flush_backlog(&mut ring);
@@ -549,18 +586,34 @@ impl Ring {
                 d.stats.cq_overflows.set(d.stats.cq_overflows.get() + 1);
             }
             let must_wait = wait.is_some() && !cq_ready;
-            if sq_len > 0 || taskrun || overflow || must_wait {
+            let defer = how == Turn::Lazy
+                && !taskrun
+                && !overflow
+                && self.deferred.get() < MAX_DEFERRED_TURNS;
+            if sq_len > 0 && defer {
+                self.deferred.set(self.deferred.get() + 1);
+            }
+            if (sq_len > 0 && !defer) || taskrun || overflow || must_wait {
                 d.stats.enters.set(d.stats.enters.get() + 1);
+                self.deferred.set(0);
                 let r = match wait {
                     Some(t) if must_wait => {
                         let ts = types::Timespec::new()
                             .sec(t.as_secs())
                             .nsec(t.subsec_nanos());
                         let args = types::SubmitArgs::new().timespec(&ts);
-                        ring.submitter().submit_with_args(1, &args)
+                        // If the kernel takes fewer entries than queued it
+                        // returns without waiting, so an inline send it did
+                        // not take is never counted as completed.
+                        let want = match how {
+                            Turn::Park(_) => 1 + self.inline_sends.get().min(MAX_INLINE_COUNTED),
+                            _ => 1,
+                        };
+                        ring.submitter().submit_with_args(want as usize, &args)
                     }
                     _ => ring.submitter().submit_and_wait(0),
                 };
+                self.inline_sends.set(0);
                 if let Err(e) = r {
                     match e.raw_os_error() {
                         Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
