@@ -31,7 +31,10 @@ in MB, and how many of the N connections were still open at each reading.
 
   --connections LIST  connection counts, comma-separated (default 5000); the
                       client needs N descriptors and the proxy N plus its
-                      upstream ones, under `ulimit -Hn`
+                      upstream ones, under `ulimit -Hn`; zgix's
+                      limits.max_connections and HAProxy's maxconn are set
+                      to the largest N + 100 (HAProxy with `no strict-limits`
+                      when that needs more than half the descriptor limit)
   --rounds N          rounds per connection count (default 3)
   --targets LIST      any of zgix,zgix-epoll,nginx,haproxy (default all four)
   --window N          requests in flight at once in step 3 (default 64; 0: all N
@@ -114,6 +117,7 @@ bench_name=bench-conns
 # shellcheck source=lib/bench-proxies.sh
 . "$root/scripts/lib/bench-proxies.sh"
 bench_ports "$base_port"
+bench_capacity $(( max_n + 100 ))
 check_ports_free bench-conns
 rate_limit=0 conn_limit=0 # admission controls stay off here
 

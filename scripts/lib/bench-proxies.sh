@@ -21,7 +21,23 @@ bench_ports() {
     local fd_limit
     fd_limit="$(ulimit -n)"
     [ "$fd_limit" = unlimited ] && fd_limit=1048576
-    haproxy_maxconn=$(( fd_limit / 2 - 100 ))
+    haproxy_maxconn=$(( fd_limit / 2 - 100 )) haproxy_limits=""
+    # zgix's own cap (limits.max_connections) defaults to half the descriptor
+    # limit as well; bench_capacity raises both.
+    zgix_limits=""
+}
+
+# bench_capacity N: let every proxy hold N client connections whose
+# upstream side stays small (idle and windowed kept-alive connections need
+# one descriptor each plus the upstream pool, not two): zgix's
+# limits.max_connections and HAProxy's maxconn become N; HAProxy then runs
+# with `no strict-limits`, since it sizes for two descriptors per connection
+# and would otherwise refuse to start under this descriptor limit.
+bench_capacity() {
+    zgix_limits=", \"max_connections\": $1"
+    if [ "$1" -gt "$haproxy_maxconn" ]; then
+        haproxy_maxconn=$1 haproxy_limits="no strict-limits"
+    fi
 }
 
 # check_ports_free NAME: exits when one of the ports is taken.
@@ -64,7 +80,7 @@ start_zgix() {
 {
   "cpus": [$proxy_cpu],
   "io": {"driver": "$driver"},
-  "limits": {"busy_poll_us": $3},
+  "limits": {"busy_poll_us": $3$zgix_limits},
   "admin": {"bind": "127.0.0.1:$admin"},
   "listeners": [{"bind": "127.0.0.1:$port", "http": {$http}}],
   "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"], "lb": "round_robin"}}
@@ -137,6 +153,7 @@ global
     nbthread 1
     cpu-map 1/1 $proxy_cpu
     maxconn $haproxy_maxconn
+    $haproxy_limits
 defaults
     mode http
     option http-keep-alive
