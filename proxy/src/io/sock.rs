@@ -9,7 +9,8 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use super::{epoll, setsockopt_int, sockaddr, tcp_socket, Backend, Driver, Op, Role};
+use super::addr::{setsockopt_int, sockaddr, tcp_socket};
+use super::{epoll, Backend, Driver, Op, Role};
 
 /// A TCP socket registered with the shard's driver. Dropping it closes the
 /// socket (after its kernel operations are cancelled, on the ring).
@@ -352,12 +353,7 @@ impl OpWait<'_> {
             match s.op {
                 Op::Idle => {
                     match what {
-                        What::Send(b) => {
-                            if s.send_full {
-                                d.stats.sends_waited.set(d.stats.sends_waited.get() + 1);
-                            }
-                            ring.start_send(s, token, b)
-                        }
+                        What::Send(b) => start_send(&d, ring, s, token, b),
                         What::Connect(a) => ring.start_connect(s, token, a),
                     }
                     self.started = true;
@@ -373,9 +369,8 @@ impl OpWait<'_> {
                     // The inline attempt found the socket full: send again,
                     // waiting in the kernel for room this time.
                     s.send_full = true;
-                    d.stats.sends_waited.set(d.stats.sends_waited.get() + 1);
                     if let What::Send(b) = what {
-                        ring.start_send(s, token, b);
+                        start_send(&d, ring, s, token, b);
                     }
                 }
                 Op::Done(res) => {
@@ -416,6 +411,14 @@ impl OpWait<'_> {
         })
         .await
     }
+}
+
+/// Starts a send of `b`, counting it when it will wait for room.
+fn start_send(d: &Driver, ring: &super::uring::Ring, s: &mut super::Slot, token: u32, b: &[u8]) {
+    if s.send_full {
+        d.stats.sends_waited.set(d.stats.sends_waited.get() + 1);
+    }
+    ring.start_send(s, token, b);
 }
 
 impl Drop for OpWait<'_> {
