@@ -119,6 +119,8 @@ pub fn run(start: Start) -> Result<i32, String> {
     );
     if let Some(mut h) = handed {
         instance::confirm(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
+        // The guards we were handed are ours now: remove them at exit.
+        server.guards.own();
         sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
     } else {
         sd_notify("READY=1");
@@ -199,6 +201,9 @@ pub fn run(start: Start) -> Result<i32, String> {
     stop_control.store(true, Ordering::Release);
     let _ = control.join();
     // The guard names go with the sockets (or away): a new instance may start.
+    if handed_to.load(Ordering::Acquire) != 0 {
+        server.guards.disown();
+    }
     drop(std::mem::take(&mut server.guards));
     LIFECYCLE.draining.store(true, Ordering::Release);
     sd_notify("STOPPING=1");
@@ -409,7 +414,7 @@ impl Server {
             .guards
             .held
             .iter()
-            .map(|(n, l)| (n.clone(), l.as_raw_fd()))
+            .map(|g| (g.path.clone(), g.listener.as_raw_fd()))
             .collect();
     }
 

@@ -38,12 +38,26 @@ impl Proc {
         p
     }
 
+    /// [`Proc::start`] with extra environment variables.
+    #[track_caller]
+    pub fn start_env(json: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let p = Proc::spawn_env(TempConfig::new(&with_test_defaults(json)), args, env);
+        p.wait_log("ready (", 1);
+        p
+    }
+
     /// Starts zgix without waiting for anything.
     pub fn spawn(config: TempConfig, args: &[&str]) -> Proc {
+        Proc::spawn_env(config, args, &[])
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_env(config: TempConfig, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(zgix_bin())
             .arg("--config")
             .arg(&config.path)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

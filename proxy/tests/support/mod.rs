@@ -1163,8 +1163,14 @@ pub struct Run {
 
 /// Runs zgix with `args` to completion (bounded by [`IO_TIMEOUT`]).
 pub fn run_zgix(args: &[&str]) -> Run {
+    run_zgix_env(args, &[])
+}
+
+/// [`run_zgix`] with extra environment variables.
+pub fn run_zgix_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut child = Command::new(zgix_bin())
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
