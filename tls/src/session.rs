@@ -1,0 +1,283 @@
+//! One TLS connection on rustls' unbuffered API, behind the few calls the proxy makes: feed it received bytes (records are decrypted in place in the caller's buffer and handed out as slices), take what it wants sent, encrypt a reply, close with `close_notify`. rustls' next major version replaces the unbuffered API; only this file knows it.
+
+use std::sync::Arc;
+
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use rustls::ServerConfig;
+
+/// What went wrong, classed as the metrics count it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The peer sent an alert, or broke the protocol (rustls' reason).
+    Alert(String),
+    /// No certificate answers the client's SNI.
+    NoCert,
+    /// A ClientHello or record rustls cannot decode.
+    BadHello(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Alert(e) => write!(f, "TLS error: {e}"),
+            Failure::NoCert => f.write_str("no certificate for the client's SNI"),
+            Failure::BadHello(e) => write!(f, "bad ClientHello: {e}"),
+        }
+    }
+}
+
+fn classify(e: rustls::Error, handshaking: bool) -> Failure {
+    match e {
+        rustls::Error::General(m) if m.contains("no server certificate chain resolved") => {
+            Failure::NoCert
+        }
+        rustls::Error::InvalidMessage(m) if handshaking => Failure::BadHello(format!("{m:?}")),
+        other => Failure::Alert(other.to_string()),
+    }
+}
+
+/// What the negotiation settled, for the access log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Info {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The IANA name of the cipher suite.
+    pub cipher: String,
+    pub alpn: Option<Vec<u8>>,
+    pub resumed: bool,
+}
+
+/// What a [`Session::read`] saw besides application data.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of the input the session is done with; the caller drops them
+    /// from the front before the next read (a partial record stays).
+    pub consumed: usize,
+    /// The handshake is complete: application data may flow both ways.
+    pub established: bool,
+    /// The peer sent `close_notify`: no more data will come.
+    pub peer_closed: bool,
+}
+
+/// A server-side TLS connection.
+pub struct Session {
+    conn: UnbufferedServerConnection,
+    /// TLS bytes to send (handshake records, alerts, encrypted data), in
+    /// order; freed when sent so an idle session holds no buffer.
+    out: Vec<u8>,
+    sent: usize,
+    established: bool,
+}
+
+/// A record adds at most this much to its payload (TLS 1.2 AES-GCM: 5
+/// header + 8 explicit nonce + 16 tag; TLS 1.3: 5 + 1 type + 16).
+pub const RECORD_OVERHEAD: usize = 29;
+/// The most plaintext per record (RFC 8446 §5.1).
+pub const MAX_PLAINTEXT: usize = 1 << 14;
+
+impl Session {
+    pub fn new(config: Arc<ServerConfig>) -> Result<Session, Failure> {
+        let conn =
+            UnbufferedServerConnection::new(config).map_err(|e| Failure::Alert(e.to_string()))?;
+        Ok(Session {
+            conn,
+            out: Vec::new(),
+            sent: 0,
+            established: false,
+        })
+    }
+
+    /// Processes the TLS bytes in `incoming`: handshake messages move the
+    /// negotiation on (their answers queue in [`Session::pending`]);
+    /// application data is decrypted in place and each record's payload
+    /// handed to `data`. On failure the alert TLS calls for is queued.
+    pub fn read(
+        &mut self,
+        incoming: &mut [u8],
+        data: &mut dyn FnMut(&[u8]),
+    ) -> Result<Progress, Failure> {
+        let mut p = Progress::default();
+        loop {
+            let UnbufferedStatus { mut discard, state } =
+                self.conn.process_tls_records(&mut incoming[p.consumed..]);
+            let state = match state {
+                Ok(s) => s,
+                Err(e) => {
+                    let handshaking = !self.established;
+                    self.flush_alerts();
+                    return Err(classify(e, handshaking));
+                }
+            };
+            let mut stop = false;
+            match state {
+                ConnectionState::ReadTraffic(mut r) => {
+                    while let Some(rec) = r.next_record() {
+                        let rec = rec.map_err(|e| Failure::Alert(e.to_string()))?;
+                        discard += rec.discard;
+                        data(rec.payload);
+                    }
+                }
+                ConnectionState::ReadEarlyData(mut r) => {
+                    // max_early_data_size is 0: rustls refuses early data,
+                    // so nothing should arrive here; drop it if it does.
+                    while let Some(rec) = r.next_record() {
+                        let rec = rec.map_err(|e| Failure::Alert(e.to_string()))?;
+                        discard += rec.discard;
+                    }
+                }
+                ConnectionState::EncodeTlsData(mut e) => {
+                    encode_into(&mut self.out, |b| e.encode(b))
+                }
+                ConnectionState::TransmitTlsData(t) => {
+                    // Queued in `out`, which the caller sends before
+                    // anything it encrypts later: that is the transmit.
+                    t.done();
+                }
+                ConnectionState::BlockedHandshake => stop = true,
+                ConnectionState::WriteTraffic(_) => {
+                    self.established = true;
+                    stop = true;
+                }
+                ConnectionState::PeerClosed => p.peer_closed = true,
+                ConnectionState::Closed => {
+                    p.peer_closed = true;
+                    stop = true;
+                }
+                _ => stop = true,
+            }
+            p.consumed += discard;
+            if stop {
+                break;
+            }
+        }
+        p.established = self.established;
+        Ok(p)
+    }
+
+    /// After an error: the alerts rustls queued, into `out`.
+    fn flush_alerts(&mut self) {
+        for _ in 0..4 {
+            let st = self.conn.process_tls_records(&mut []);
+            match st.state {
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    encode_into(&mut self.out, |b| e.encode(b))
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                _ => break,
+            }
+        }
+    }
+
+    /// Encrypts `plain` into [`Session::pending`] (in records of at most
+    /// 16 KiB). Fails before the handshake is complete or after a close.
+    pub fn write(&mut self, plain: &[u8]) -> Result<(), Failure> {
+        for chunk in plain.chunks(MAX_PLAINTEXT) {
+            let st = self.conn.process_tls_records(&mut []);
+            match st.state {
+                Ok(ConnectionState::WriteTraffic(mut w)) => {
+                    encrypt_into(&mut self.out, chunk.len(), |b| w.encrypt(chunk, b))?
+                }
+                Ok(other) => return Err(Failure::Alert(format!("cannot send in state {other:?}"))),
+                Err(e) => return Err(Failure::Alert(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues `close_notify` (RFC 8446 §6.1) when the handshake finished;
+    /// every close zgix starts on an established session sends one.
+    pub fn close(&mut self) {
+        let st = self.conn.process_tls_records(&mut []);
+        if let Ok(ConnectionState::WriteTraffic(mut w)) = st.state {
+            let _ = encrypt_into(&mut self.out, 0, |b| w.queue_close_notify(b));
+        }
+    }
+
+    /// TLS bytes waiting to be sent.
+    pub fn pending(&self) -> &[u8] {
+        &self.out[self.sent..]
+    }
+
+    /// `n` bytes of [`Session::pending`] went out.
+    pub fn sent(&mut self, n: usize) {
+        self.sent = (self.sent + n).min(self.out.len());
+        if self.sent == self.out.len() {
+            self.sent = 0;
+            self.out.clear();
+            // An idle session keeps no send buffer: a handshake's flight
+            // is a few KiB, an encrypted body up to 16 KiB a record.
+            if self.out.capacity() > 4096 {
+                self.out = Vec::new();
+            }
+        }
+    }
+
+    pub fn is_established(&self) -> bool {
+        self.established
+    }
+
+    /// The negotiated parameters (empty before the handshake is done).
+    pub fn info(&self) -> Info {
+        let c = &*self.conn;
+        Info {
+            version: match c.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "",
+            },
+            cipher: c
+                .negotiated_cipher_suite()
+                .and_then(|s| s.suite().as_str())
+                .unwrap_or("")
+                .to_string(),
+            alpn: c.alpn_protocol().map(<[u8]>::to_vec),
+            resumed: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
+        }
+    }
+}
+
+/// Runs an encoder into the tail of `out`, growing it to what it needs.
+fn encode_into(out: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>) {
+    let start = out.len();
+    let mut room = 2048;
+    loop {
+        out.resize(start + room, 0);
+        match f(&mut out[start..]) {
+            Ok(n) => {
+                out.truncate(start + n);
+                return;
+            }
+            Err(EncodeError::InsufficientSize(s)) => room = s.required_size,
+            Err(EncodeError::AlreadyEncoded) => {
+                out.truncate(start);
+                return;
+            }
+        }
+    }
+}
+
+fn encrypt_into(
+    out: &mut Vec<u8>,
+    len: usize,
+    mut f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
+) -> Result<(), Failure> {
+    let start = out.len();
+    let mut room = len + RECORD_OVERHEAD + 64;
+    loop {
+        out.resize(start + room, 0);
+        match f(&mut out[start..]) {
+            Ok(n) => {
+                out.truncate(start + n);
+                return Ok(());
+            }
+            Err(EncryptError::InsufficientSize(s)) if s.required_size > room => {
+                room = s.required_size
+            }
+            Err(e) => {
+                out.truncate(start);
+                return Err(Failure::Alert(e.to_string()));
+            }
+        }
+    }
+}

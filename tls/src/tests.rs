@@ -1,0 +1,252 @@
+//! A zgix [`Session`] against rustls' own client, in memory: the handshake, data both ways, ALPN, versions, tickets shared by two sessions (two shards), `close_notify`, and failures classed as the metrics count them.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+
+use crate::server::{self, Listener, MinVersion};
+use crate::testkeys::{self, Pair};
+use crate::{load, CertStore, Failure, Session, Tickets, UnknownSni};
+
+fn listener(pairs: &[&Pair], unknown: UnknownSni, min: MinVersion, tickets: bool) -> Listener {
+    let certs: Vec<_> = pairs
+        .iter()
+        .map(|p| load(&p.cert, &p.key).unwrap())
+        .collect();
+    Listener {
+        certs: Arc::new(CertStore::new(&certs, unknown).unwrap()),
+        min_version: min,
+        alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        tickets: tickets.then(|| Arc::new(Tickets::generate().unwrap())),
+    }
+}
+
+fn client(
+    trust: &[&Pair],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> ClientConfig {
+    let mut roots = RootCertStore::empty();
+    for p in trust {
+        for c in crate::certs::read_chain(&p.cert).unwrap() {
+            roots.add(c).unwrap();
+        }
+    }
+    let mut c = ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    c
+}
+
+/// Moves bytes between the two until neither has anything to send;
+/// returns what the server decrypted, or the server's failure.
+fn pump(c: &mut ClientConnection, s: &mut Session, got: &mut Vec<u8>) -> Result<(), Failure> {
+    pump_back(c, s, got, &mut Vec::new())
+}
+
+/// [`pump`], keeping what the client decrypted in `back`.
+fn pump_back(
+    c: &mut ClientConnection,
+    s: &mut Session,
+    got: &mut Vec<u8>,
+    back: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    let mut inbuf: Vec<u8> = Vec::new();
+    for _ in 0..64 {
+        let mut moved = false;
+        while c.wants_write() {
+            c.write_tls(&mut inbuf).unwrap();
+            moved = true;
+        }
+        if !inbuf.is_empty() {
+            let p = s.read(&mut inbuf, &mut |d| got.extend_from_slice(d))?;
+            inbuf.drain(..p.consumed);
+        }
+        let out = s.pending().to_vec();
+        if !out.is_empty() {
+            s.sent(out.len());
+            let mut r = &out[..];
+            while !r.is_empty() {
+                c.read_tls(&mut r).unwrap();
+                let _ = c.process_new_packets();
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = c.reader().read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    back.extend_from_slice(&buf[..n]);
+                }
+            }
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn connect(
+    cfg: &Arc<ClientConfig>,
+    name: &str,
+    server: &Arc<rustls::ServerConfig>,
+) -> (ClientConnection, Session) {
+    let c = ClientConnection::new(cfg.clone(), ServerName::try_from(name.to_string()).unwrap())
+        .unwrap();
+    (c, Session::new(server.clone()).unwrap())
+}
+
+#[test]
+fn a_handshake_then_data_both_ways_with_alpn_and_close_notify() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        true,
+    ))
+    .unwrap();
+    let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[b"http/1.1"]));
+    let (mut c, mut s) = connect(&cfg, "site.example", &server);
+    let mut got = Vec::new();
+    c.writer()
+        .write_all(b"GET / HTTP/1.1\r\nHost: site.example\r\n\r\n")
+        .unwrap();
+    pump(&mut c, &mut s, &mut got).unwrap();
+    assert!(s.is_established());
+    assert_eq!(got, b"GET / HTTP/1.1\r\nHost: site.example\r\n\r\n");
+    let info = s.info();
+    assert_eq!(info.version, "TLSv1.3");
+    assert!(info.cipher.starts_with("TLS13_"), "{info:?}");
+    assert_eq!(info.alpn.as_deref(), Some(&b"http/1.1"[..]));
+    assert!(!info.resumed);
+
+    let body = vec![b'x'; 40_000];
+    s.write(&body).unwrap();
+    s.close();
+    let mut back = Vec::new();
+    pump_back(&mut c, &mut s, &mut got, &mut back).unwrap();
+    assert_eq!(back, body, "three records of at most 16 KiB");
+    assert!(s.pending().is_empty(), "sent and freed");
+    // A clean end of data, not an unexpected EOF: the client saw close_notify.
+    assert!(c.reader().read(&mut [0u8; 1]).is_ok_and(|n| n == 0));
+}
+
+#[test]
+fn a_ticket_from_one_session_resumes_on_another_sharing_the_keys() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let l = listener(&[&p], UnknownSni::Default, MinVersion::Tls12, true);
+    // Two shards: two configurations built from the same ticket keys.
+    let shard_a = server::config(&l).unwrap();
+    let shard_b = server::config(&l).unwrap();
+    let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[]));
+    let (mut c, mut s) = connect(&cfg, "site.example", &shard_a);
+    c.writer().write_all(b"x").unwrap();
+    pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+    assert!(!s.info().resumed);
+    let (mut c2, mut s2) = connect(&cfg, "site.example", &shard_b);
+    c2.writer().write_all(b"y").unwrap();
+    pump(&mut c2, &mut s2, &mut Vec::new()).unwrap();
+    assert!(s2.info().resumed, "resumed on the other shard");
+}
+
+#[test]
+fn without_tickets_nothing_resumes() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        false,
+    ))
+    .unwrap();
+    let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[]));
+    for _ in 0..2 {
+        let (mut c, mut s) = connect(&cfg, "site.example", &server);
+        c.writer().write_all(b"x").unwrap();
+        pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+        assert!(s.is_established() && !s.info().resumed);
+    }
+}
+
+#[test]
+fn tls12_is_spoken_unless_the_minimum_is_13() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS12], &[]));
+    let l12 = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        true,
+    ))
+    .unwrap();
+    let (mut c, mut s) = connect(&cfg, "site.example", &l12);
+    c.writer().write_all(b"x").unwrap();
+    pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+    assert_eq!(s.info().version, "TLSv1.2");
+    let l13 = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls13,
+        true,
+    ))
+    .unwrap();
+    let (mut c, mut s) = connect(&cfg, "site.example", &l13);
+    c.writer().write_all(b"x").unwrap();
+    let e = pump(&mut c, &mut s, &mut Vec::new()).unwrap_err();
+    assert!(matches!(e, Failure::Alert(_)), "{e:?}");
+    assert!(!s.pending().is_empty(), "an alert is queued for the client");
+}
+
+#[test]
+fn sni_picks_the_certificate_and_refuse_fails_an_unknown_name() {
+    let a = testkeys::ecdsa(&["a.example"]);
+    let b = testkeys::ecdsa(&["b.example"]);
+    let server = server::config(&listener(
+        &[&a, &b],
+        UnknownSni::Refuse,
+        MinVersion::Tls12,
+        true,
+    ))
+    .unwrap();
+    // Trusting only b's certificate: the handshake works only if b is picked.
+    let cfg = Arc::new(client(&[&b], &[&rustls::version::TLS13], &[]));
+    let (mut c, mut s) = connect(&cfg, "b.example", &server);
+    c.writer().write_all(b"x").unwrap();
+    pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+    assert!(s.is_established());
+    let cfg = Arc::new(client(&[&a, &b], &[&rustls::version::TLS13], &[]));
+    let (mut c, mut s) = connect(&cfg, "c.example", &server);
+    c.writer().write_all(b"x").unwrap();
+    assert_eq!(
+        pump(&mut c, &mut s, &mut Vec::new()).unwrap_err(),
+        Failure::NoCert
+    );
+}
+
+#[test]
+fn garbage_after_a_record_header_is_a_bad_hello_and_leaves_an_alert() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        true,
+    ))
+    .unwrap();
+    let mut s = Session::new(server).unwrap();
+    let mut junk = vec![22, 3, 1, 0, 8, 1, 0, 0, 4, 9, 9, 9, 9];
+    let e = s.read(&mut junk, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(e, Failure::BadHello(_) | Failure::Alert(_)),
+        "{e:?}"
+    );
+    assert!(!s.pending().is_empty(), "an alert for the client");
+}
