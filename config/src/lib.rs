@@ -19,6 +19,7 @@ mod limits;
 mod load;
 mod model;
 mod observe;
+mod tls;
 mod upstream;
 mod validate;
 mod via;
@@ -39,6 +40,7 @@ pub use model::{
     MAX_RATE_LIMIT_WINDOW_MS, MAX_WAF_LITERALS, MAX_WAF_LITERAL_BYTES, MIN_ACCESS_LOG_BUFFER_BYTES,
     WAF_STATUSES,
 };
+pub use tls::*;
 pub use upstream::*;
 pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};
 pub use via::{Via, DEFAULT_VIA, MAX_VIA_BYTES};

@@ -65,6 +65,9 @@ pub struct Listener {
     /// CIDR allow/deny lists checked before any request is read.
     #[serde(default)]
     pub clients: Option<ClientFilter>,
+    /// TLS termination: absent means plaintext HTTP/1.1.
+    #[serde(default)]
+    pub tls: Option<crate::tls::ListenerTls>,
     /// HTTP/1.1 proxying settings.
     pub http: HttpListener,
     /// Name in metric labels and log lines; absent means the bind address

@@ -135,6 +135,9 @@ impl Validator<'_> {
     }
 
     fn listener(&mut self, path: &str, l: &Listener) {
+        if let Some(t) = &l.tls {
+            self.listener_tls(&format!("{path}.tls"), t);
+        }
         if let Some(clients) = &l.clients {
             for (j, net) in clients.allow.iter().enumerate() {
                 self.client_net(&format!("{path}.clients.allow[{j}]"), net);
@@ -679,3 +682,4 @@ mod cluster;
 mod observe;
 #[cfg(test)]
 mod tests;
+mod tls;
