@@ -13,6 +13,7 @@ mod testkeys;
 mod tests;
 
 pub use certs::{load, validity, Loaded, EXPIRY_WARNING_SECS};
+pub use rustls::ServerConfig;
 pub use session::{Failure, Info, Progress, Session};
 pub use sni::{CertStore, UnknownSni};
 pub use tickets::Tickets;

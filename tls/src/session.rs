@@ -194,6 +194,25 @@ impl Session {
         }
     }
 
+    /// Takes the TLS bytes waiting to be sent, to send them from a buffer
+    /// the caller owns across its await; [`Session::give_back`] returns the
+    /// allocation once sent.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let mut out = std::mem::take(&mut self.out);
+        out.drain(..self.sent);
+        self.sent = 0;
+        out
+    }
+
+    /// Returns a sent buffer's allocation for the next output (kept only
+    /// if small: an idle session holds no big buffer).
+    pub fn give_back(&mut self, mut buf: Vec<u8>) {
+        if self.out.is_empty() && buf.capacity() <= 4096 {
+            buf.clear();
+            self.out = buf;
+        }
+    }
+
     /// TLS bytes waiting to be sent.
     pub fn pending(&self) -> &[u8] {
         &self.out[self.sent..]

@@ -14,9 +14,13 @@
 
 mod admit;
 mod body;
+pub mod client;
 mod forward;
+pub mod handshake;
 mod head;
 pub mod slab;
+#[cfg(test)]
+mod tls_tests;
 mod tunnel;
 
 use forward::append_fields;

@@ -1,0 +1,282 @@
+//! The client side of a connection: a plain socket, or TLS over it, behind the calls the exchange makes (read, readable, write_all, shutdown). TLS records are read into a buffer taken from a per-shard pool only while bytes are there, decrypted in place, and their payload copied once into the caller's buffer; replies are encrypted into one send buffer.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use zgix_tls::{Info, Session};
+
+use crate::io::Sock;
+
+/// A TLS record is at most 2^14 bytes of payload plus 256 of overhead
+/// (RFC 8446 §5.2); a read buffer holds one whole, and a bit more so a
+/// following record's head can wait in it.
+pub const TLS_READ_BUFFER: usize = (1 << 14) + 256 + 1024;
+
+/// Read buffers a shard keeps for TLS connections between reads (an idle
+/// TLS connection holds none).
+const POOLED_READ_BUFFERS: usize = 64;
+
+thread_local! {
+    static READ_BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_read_buffer() -> Box<[u8]> {
+    READ_BUFFERS
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; TLS_READ_BUFFER].into_boxed_slice())
+}
+
+fn put_read_buffer(b: Box<[u8]>) {
+    READ_BUFFERS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOLED_READ_BUFFERS {
+            p.push(b);
+        }
+    });
+}
+
+/// A client connection's transport.
+pub enum ClientConn {
+    Plain(Sock),
+    Tls(Box<TlsConn>),
+}
+
+/// TLS over a client socket, after the handshake.
+pub struct TlsConn {
+    pub(super) sock: Sock,
+    pub(super) session: RefCell<Session>,
+    /// Received TLS bytes not yet decrypted (a partial record), in a pooled
+    /// buffer held only while there are some.
+    pub(super) inbuf: RefCell<Option<Box<[u8]>>>,
+    pub(super) in_len: Cell<usize>,
+    /// Decrypted bytes that did not fit the caller's buffer.
+    pub(super) plain: RefCell<Vec<u8>>,
+    pub(super) plain_pos: Cell<usize>,
+    pub(super) peer_closed: Cell<bool>,
+    pub(super) rx: Cell<u64>,
+    pub(super) tx: Cell<u64>,
+    pub(super) info: Info,
+    pub(super) sni: Option<String>,
+}
+
+impl ClientConn {
+    /// The socket underneath.
+    pub fn sock(&self) -> &Sock {
+        match self {
+            ClientConn::Plain(s) => s,
+            ClientConn::Tls(t) => &t.sock,
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock().fd()
+    }
+
+    /// What the TLS handshake settled, on a TLS connection.
+    pub fn tls(&self) -> Option<(&Info, Option<&str>)> {
+        match self {
+            ClientConn::Plain(_) => None,
+            ClientConn::Tls(t) => Some((&t.info, t.sni.as_deref())),
+        }
+    }
+
+    /// Application bytes received (decrypted on TLS).
+    pub fn bytes_read(&self) -> u64 {
+        match self {
+            ClientConn::Plain(s) => s.bytes_read(),
+            ClientConn::Tls(t) => t.rx.get(),
+        }
+    }
+
+    /// Application bytes sent (before encryption on TLS).
+    pub fn bytes_written(&self) -> u64 {
+        match self {
+            ClientConn::Plain(s) => s.bytes_written(),
+            ClientConn::Tls(t) => t.tx.get(),
+        }
+    }
+
+    pub fn set_read_timeout(&self, d: Option<Duration>) {
+        self.sock().set_read_timeout(d)
+    }
+
+    pub fn set_write_timeout(&self, d: Option<Duration>) {
+        self.sock().set_write_timeout(d)
+    }
+
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.sock().set_nodelay(on)
+    }
+
+    /// Reads what is available, waiting (up to the read timeout) for at
+    /// least a byte; 0 at the end (TLS: `close_notify`, or the peer's FIN).
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ClientConn::Plain(s) => s.read(buf).await,
+            ClientConn::Tls(t) => t.read(buf).await,
+        }
+    }
+
+    /// Waits (up to the read timeout) until a read would complete at once.
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            ClientConn::Plain(s) => s.readable().await,
+            ClientConn::Tls(t) => {
+                if t.has_plain() || t.peer_closed.get() {
+                    return Ok(());
+                }
+                t.sock.readable().await
+            }
+        }
+    }
+
+    /// Writes all of `buf` (encrypted on TLS).
+    pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            ClientConn::Plain(s) => s.write_all(buf).await,
+            ClientConn::Tls(t) => t.write_all(buf).await,
+        }
+    }
+
+    /// Half-closes the sending side; TLS sends `close_notify` first
+    /// (RFC 8446 §6.1: each party sends one before closing its write side).
+    pub async fn shutdown(&self) {
+        if let ClientConn::Tls(t) = self {
+            let out = {
+                let mut s = t.session.borrow_mut();
+                s.close();
+                s.take_output()
+            };
+            if !out.is_empty() {
+                let _ = t.sock.write_all(&out).await;
+            }
+        }
+        self.sock().shutdown_write();
+    }
+}
+
+impl TlsConn {
+    fn has_plain(&self) -> bool {
+        self.plain_pos.get() < self.plain.borrow().len()
+    }
+
+    /// Copies buffered plaintext into `buf`.
+    fn take_plain(&self, buf: &mut [u8]) -> usize {
+        let mut p = self.plain.borrow_mut();
+        let pos = self.plain_pos.get();
+        let n = (p.len() - pos).min(buf.len());
+        buf[..n].copy_from_slice(&p[pos..pos + n]);
+        if pos + n == p.len() {
+            p.clear();
+            if p.capacity() > 4096 {
+                *p = Vec::new();
+            }
+            self.plain_pos.set(0);
+        } else {
+            self.plain_pos.set(pos + n);
+        }
+        n
+    }
+
+    async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.has_plain() {
+                let n = self.take_plain(buf);
+                self.rx.set(self.rx.get() + n as u64);
+                return Ok(n);
+            }
+            if self.peer_closed.get() {
+                return Ok(0);
+            }
+            let mut inbuf = self
+                .inbuf
+                .borrow_mut()
+                .take()
+                .unwrap_or_else(take_read_buffer);
+            let have = self.in_len.get();
+            let got = self.sock.read(&mut inbuf[have..]).await;
+            let n = match got {
+                Ok(n) => n,
+                Err(e) => {
+                    self.stash(inbuf);
+                    return Err(e);
+                }
+            };
+            if n == 0 {
+                // A FIN without close_notify: a truncation the HTTP framing
+                // above notices; there is nothing more to read either way.
+                self.stash(inbuf);
+                self.peer_closed.set(true);
+                continue;
+            }
+            let len = have + n;
+            let mut copied = 0;
+            let result = {
+                let mut plain = self.plain.borrow_mut();
+                self.session.borrow_mut().read(&mut inbuf[..len], &mut |d| {
+                    let room = buf.len() - copied;
+                    let k = room.min(d.len());
+                    buf[copied..copied + k].copy_from_slice(&d[..k]);
+                    copied += k;
+                    plain.extend_from_slice(&d[k..]);
+                })
+            };
+            match result {
+                Ok(p) => {
+                    inbuf.copy_within(p.consumed..len, 0);
+                    self.in_len.set(len - p.consumed);
+                    if p.peer_closed {
+                        self.peer_closed.set(true);
+                    }
+                    self.stash(inbuf);
+                    if copied > 0 {
+                        self.rx.set(self.rx.get() + copied as u64);
+                        return Ok(copied);
+                    }
+                }
+                Err(e) => {
+                    self.in_len.set(0);
+                    put_read_buffer(inbuf);
+                    self.flush().await;
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Keeps `inbuf` while it holds a partial record; pools it otherwise.
+    fn stash(&self, inbuf: Box<[u8]>) {
+        if self.in_len.get() > 0 {
+            *self.inbuf.borrow_mut() = Some(inbuf);
+        } else {
+            put_read_buffer(inbuf);
+        }
+    }
+
+    async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        let out = {
+            let mut s = self.session.borrow_mut();
+            s.write(buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            s.take_output()
+        };
+        let r = self.sock.write_all(&out).await;
+        self.session.borrow_mut().give_back(out);
+        r?;
+        self.tx.set(self.tx.get() + buf.len() as u64);
+        Ok(())
+    }
+
+    /// Sends what the session queued (an alert after a failure).
+    async fn flush(&self) {
+        let out = self.session.borrow_mut().take_output();
+        if !out.is_empty() {
+            let _ = self.sock.write_all(&out).await;
+        }
+    }
+}

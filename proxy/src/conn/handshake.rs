@@ -1,0 +1,274 @@
+//! The TLS handshake of a client connection, before any HTTP: a first look at the ClientHello (plaintext HTTP answered 400 in cleartext, an unknown SNI refused with `unrecognized_name` when the listener says so, garbage closed with `decode_error`), then rustls to the end of the handshake within `handshake_timeout_ms`, each outcome classed for `zgix_tls_handshakes_total`.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::Duration;
+
+use zgix_config::{ListenerTls, SessionTickets, TlsVersion};
+use zgix_tls::hello::{self, Hello};
+use zgix_tls::server::{Listener as TlsSpec, MinVersion};
+use zgix_tls::{CertStore, Loaded, Session, Tickets, UnknownSni};
+
+use super::client::{ClientConn, TlsConn, TLS_READ_BUFFER};
+use crate::io::Sock;
+
+/// A TLS listener's runtime: its rustls configuration and certificates.
+pub struct TlsListener {
+    pub config: Arc<zgix_tls::ServerConfig>,
+    pub certs: Arc<CertStore>,
+    pub handshake_timeout: Duration,
+    /// Each certificate's first name and `notAfter` (for the expiry gauge).
+    pub expiry: Vec<(String, i64)>,
+}
+
+/// One problem loading a listener's TLS files: its JSON path and rule.
+pub type LoadProblem = (String, String);
+
+impl TlsListener {
+    /// Reads and checks every certificate and key of `t` (at `path`, e.g.
+    /// `listeners[0].tls`); `tickets` are the process's generated keys.
+    /// Returns every problem, and the warnings (certificates expiring soon).
+    pub fn load(
+        path: &str,
+        t: &ListenerTls,
+        tickets: &Arc<Tickets>,
+        now: i64,
+    ) -> Result<(TlsListener, Vec<LoadProblem>), Vec<LoadProblem>> {
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        let mut loaded: Vec<Loaded> = Vec::new();
+        for (i, c) in t.certificates.iter().enumerate() {
+            let at = format!("{path}.certificates[{i}]");
+            match zgix_tls::load(c.cert.as_ref(), c.key.as_ref()) {
+                Ok(l) => {
+                    match zgix_tls::validity(&l, now) {
+                        Err(e) => errors.push((format!("{at}.cert"), e)),
+                        Ok(Some(w)) => warnings.push((format!("{at}.cert"), w)),
+                        Ok(None) => {}
+                    }
+                    if l.names.is_empty() {
+                        errors.push((
+                            format!("{at}.cert"),
+                            "the certificate names no host (no DNS SAN, no CN)".into(),
+                        ));
+                    }
+                    loaded.push(l);
+                }
+                Err(e) => errors.push((at, e)),
+            }
+        }
+        let unknown = match t.unknown_sni {
+            zgix_config::UnknownSni::Default => UnknownSni::Default,
+            zgix_config::UnknownSni::Refuse => UnknownSni::Refuse,
+        };
+        let store = if errors.is_empty() {
+            match CertStore::new(&loaded, unknown) {
+                Ok(s) => Some(s),
+                Err(dups) => {
+                    for (i, e) in dups {
+                        errors.push((format!("{path}.certificates[{i}].cert"), e));
+                    }
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let tickets = match &t.session_tickets {
+            SessionTickets::Generated => Some(tickets.clone()),
+            SessionTickets::Off => None,
+            SessionTickets::KeyFile(f) => match Tickets::from_file(f.as_ref()) {
+                Ok(k) => Some(Arc::new(k)),
+                Err(e) => {
+                    errors.push((format!("{path}.session_tickets.key_file"), e));
+                    None
+                }
+            },
+        };
+        let Some(store) = store.filter(|_| errors.is_empty()) else {
+            return Err(errors);
+        };
+        let certs = Arc::new(store);
+        let spec = TlsSpec {
+            certs: certs.clone(),
+            min_version: match t.min_version {
+                TlsVersion::Tls12 => MinVersion::Tls12,
+                TlsVersion::Tls13 => MinVersion::Tls13,
+            },
+            alpn: t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            tickets,
+        };
+        let config = zgix_tls::server::config(&spec).map_err(|e| vec![(path.to_string(), e)])?;
+        Ok((
+            TlsListener {
+                config,
+                certs,
+                handshake_timeout: Duration::from_millis(t.handshake_timeout_ms),
+                expiry: loaded
+                    .iter()
+                    .map(|l| (l.names.first().cloned().unwrap_or_default(), l.not_after))
+                    .collect(),
+            },
+            warnings,
+        ))
+    }
+}
+
+/// How a handshake ended (the `result` label of `zgix_tls_handshakes_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Timeout,
+    Alert,
+    BadHello,
+    NoCert,
+    Plaintext,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Ok,
+        Outcome::Timeout,
+        Outcome::Alert,
+        Outcome::BadHello,
+        Outcome::NoCert,
+        Outcome::Plaintext,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Timeout => "timeout",
+            Outcome::Alert => "alert",
+            Outcome::BadHello => "bad_hello",
+            Outcome::NoCert => "no_cert",
+            Outcome::Plaintext => "plaintext",
+        }
+    }
+}
+
+/// What a plaintext HTTP request on a TLS port gets (nginx answers 400
+/// "The plain HTTP request was sent to HTTPS port" the same way).
+const PLAINTEXT_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 35\r\nConnection: close\r\n\r\nThis port speaks HTTPS, not HTTP.\r\n";
+
+/// Runs the server side of the handshake on `sock`, starting with `early`
+/// (bytes already read, e.g. after a PROXY header). On success the
+/// connection is returned; on failure, what the client was told is sent and
+/// the outcome returned.
+pub async fn accept(
+    sock: Sock,
+    tls: &TlsListener,
+    early: &[u8],
+    restore_timeout: Option<Duration>,
+) -> Result<ClientConn, (Outcome, Sock)> {
+    let mut session = match Session::new(tls.config.clone()) {
+        Ok(s) => s,
+        Err(_) => return Err((Outcome::Alert, sock)),
+    };
+    sock.set_read_timeout(Some(tls.handshake_timeout));
+    let deadline = sock.driver().now() + tls.handshake_timeout;
+    let mut inbuf = vec![0u8; TLS_READ_BUFFER].into_boxed_slice();
+    let mut len = early.len().min(inbuf.len());
+    inbuf[..len].copy_from_slice(&early[..len]);
+    let mut plain = Vec::new();
+    let mut sni = None;
+    let mut inspected = false;
+    loop {
+        if !inspected && len > 0 {
+            match hello::inspect(&inbuf[..len]) {
+                Hello::Incomplete => {}
+                Hello::Plaintext => {
+                    let _ = sock.write_all(PLAINTEXT_ANSWER).await;
+                    return Err((Outcome::Plaintext, sock));
+                }
+                Hello::Bad(why) => {
+                    crate::log_debug!("tls", "bad ClientHello: {why}");
+                    let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
+                    return Err((Outcome::BadHello, sock));
+                }
+                Hello::ClientHello { sni: name } => {
+                    if tls.certs.refuses(name.as_deref()) {
+                        let _ = sock.write_all(&hello::UNRECOGNIZED_NAME_ALERT).await;
+                        return Err((Outcome::NoCert, sock));
+                    }
+                    sni = name;
+                    inspected = true;
+                }
+            }
+        }
+        if inspected && len > 0 {
+            let r = session.read(&mut inbuf[..len], &mut |d| plain.extend_from_slice(d));
+            let out = session.take_output();
+            if !out.is_empty() && sock.write_all(&out).await.is_err() {
+                return Err((Outcome::Alert, sock));
+            }
+            match r {
+                Ok(p) => {
+                    inbuf.copy_within(p.consumed..len, 0);
+                    len -= p.consumed;
+                    if p.established {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    crate::log_debug!("tls", "handshake failed: {e}");
+                    let o = match e {
+                        zgix_tls::Failure::BadHello(_) => Outcome::BadHello,
+                        zgix_tls::Failure::NoCert => Outcome::NoCert,
+                        zgix_tls::Failure::Alert(_) => Outcome::Alert,
+                    };
+                    return Err((o, sock));
+                }
+            }
+        }
+        if len == inbuf.len() {
+            let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
+            return Err((Outcome::BadHello, sock));
+        }
+        match sock.read(&mut inbuf[len..]).await {
+            Ok(0) => {
+                let o = if inspected {
+                    Outcome::Alert
+                } else {
+                    Outcome::BadHello
+                };
+                return Err((o, sock));
+            }
+            Ok(n) => len += n,
+            Err(e) => {
+                let o = if e.kind() == std::io::ErrorKind::TimedOut
+                    || sock.driver().now() >= deadline
+                {
+                    Outcome::Timeout
+                } else {
+                    Outcome::Alert
+                };
+                return Err((o, sock));
+            }
+        }
+    }
+    sock.set_read_timeout(restore_timeout);
+    let info = session.info();
+    let keep = if len > 0 {
+        // A record after the handshake's last one (the request, sent
+        // with the client's Finished): kept for the first read.
+        let mut b = vec![0u8; TLS_READ_BUFFER].into_boxed_slice();
+        b[..len].copy_from_slice(&inbuf[..len]);
+        Some(b)
+    } else {
+        None
+    };
+    Ok(ClientConn::Tls(Box::new(TlsConn {
+        sock,
+        session: RefCell::new(session),
+        inbuf: RefCell::new(keep),
+        in_len: Cell::new(len),
+        plain: RefCell::new(plain),
+        plain_pos: Cell::new(0),
+        peer_closed: Cell::new(false),
+        rx: Cell::new(0),
+        tx: Cell::new(0),
+        info,
+        sni,
+    })))
+}
