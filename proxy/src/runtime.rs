@@ -8,11 +8,11 @@ use std::time::Duration;
 use zgix_admission::{ConnTable, RateParams, RateTable, WafMatcher};
 use zgix_config::{Active, Config, Lb, Target};
 
-use crate::filters::FiltersRt;
-use crate::health::{ClusterHealth, EndpointHealth};
-use crate::metrics::Metrics;
-use crate::resolve::AtomicAddr;
-use crate::upstream_metrics::UpstreamMetrics;
+use crate::http::filters::FiltersRt;
+use crate::observe::metrics::Metrics;
+use crate::upstream::health::{ClusterHealth, EndpointHealth};
+use crate::upstream::metrics::UpstreamMetrics;
+use crate::upstream::resolve::AtomicAddr;
 
 /// Fixed keys hashing an endpoint's label into its rendezvous identity; the
 /// secret part of `source_ip` hashing is [`Runtime::hrw`], not this.
@@ -137,7 +137,7 @@ pub struct Runtime {
     pub max_connections: usize,
     /// The access log's rings and writer; started by `server::run`, shared
     /// with the next runtime by a reload that leaves `access_log` unchanged.
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
 }
 
 fn ms(v: u64) -> Duration {
@@ -321,7 +321,7 @@ impl Runtime {
             if !matches!(self.upstreams[slot].target, Target::Name { .. }) {
                 continue;
             }
-            if let Some(line) = crate::resolve::refresh(self, slot) {
+            if let Some(line) = crate::upstream::resolve::refresh(self, slot) {
                 crate::log_warn!("upstream", "{line}");
             }
             match self.upstreams[slot].addr.get() {

@@ -12,11 +12,11 @@ use zgix_parser::{
 };
 
 use super::{upstream_io, Fail};
-use crate::filters::Walk;
+use crate::http::filters::Walk;
+use crate::http::wire;
 use crate::io::{Buf, Sock};
-use crate::metrics::UpstreamError;
-use crate::shard::Shard;
-use crate::wire;
+use crate::observe::metrics::UpstreamError;
+use crate::process::shard::Shard;
 
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {

@@ -9,15 +9,15 @@ use zgix_parser::{BodyKind, HeaderKind, RequestHead};
 
 use super::body::{Download, ResponseEnd, Upload};
 use super::{is_timeout, Conn, Fail, Next};
-use crate::decision::Decision;
-use crate::health;
+use crate::http::respond::status_for;
+use crate::http::wire;
 use crate::io::Sock;
-use crate::lb;
-use crate::metrics::UpstreamError;
-use crate::respond::status_for;
+use crate::observe::decision::Decision;
+use crate::observe::metrics::UpstreamError;
 use crate::runtime::Runtime;
-use crate::upstream_metrics::RetryReason;
-use crate::wire;
+use crate::upstream::health;
+use crate::upstream::lb;
+use crate::upstream::metrics::RetryReason;
 
 /// The `Upgrade` field value of a request that asks to switch protocols
 /// (`Connection: upgrade` and an `Upgrade` field, HTTP/1.1, RFC 9110 §7.8).

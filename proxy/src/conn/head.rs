@@ -9,8 +9,8 @@ use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{ParseError, Status};
 
 use super::{client_ip, is_timeout, take_exchange, Conn};
-use crate::metrics::ConnRefusal;
-use crate::wire;
+use crate::http::wire;
+use crate::observe::metrics::ConnRefusal;
 
 /// How a head read ended.
 pub(super) enum HeadRead {
@@ -222,13 +222,13 @@ impl Conn {
                 };
                 if r.is_ok() && !first {
                     // Bytes of a new request: it starts on the newest config.
-                    match crate::generation::follow(&mut self.shard, self.li) {
-                        crate::generation::Follow::Stay => {}
-                        crate::generation::Follow::Move(li) => {
+                    match crate::process::generation::follow(&mut self.shard, self.li) {
+                        crate::process::generation::Follow::Stay => {}
+                        crate::process::generation::Follow::Move(li) => {
                             self.li = li;
                             return HeadRead::Moved;
                         }
-                        crate::generation::Follow::Close => return HeadRead::Closed,
+                        crate::process::generation::Follow::Close => return HeadRead::Closed,
                     }
                 }
                 match r {

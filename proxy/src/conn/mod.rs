@@ -28,12 +28,12 @@ use std::time::Duration;
 use zgix_admission::{ClientId, ConnGuard};
 use zgix_parser::{ChunkedDecoder, ParseError, RequestHead, ResponseHead};
 
-use crate::filters::Walk;
+use crate::http::filters::Walk;
+use crate::http::respond::{status_for, write_refusal};
+use crate::http::wire;
 use crate::io::{Buf, Sock};
-use crate::metrics::{ConnRefusal, UpstreamError};
-use crate::respond::{status_for, write_refusal};
-use crate::shard::Shard;
-use crate::wire;
+use crate::observe::metrics::{ConnRefusal, UpstreamError};
+use crate::process::shard::Shard;
 
 pub use head::HeadScan;
 
@@ -81,7 +81,7 @@ pub struct Exchange {
     /// The access-log record of the current request, and what it needs of
     /// the head once the buffer holds body bytes: the method, the query,
     /// the client's byte counters when the head began.
-    rec: crate::access_log::Record,
+    rec: crate::observe::access_log::Record,
     rec_method: Vec<u8>,
     rec_query: Vec<u8>,
     rec_has_query: bool,
@@ -109,7 +109,7 @@ impl Exchange {
             req_chunked: ChunkedDecoder::new(u64::MAX),
             resp_chunked: ChunkedDecoder::new(u64::MAX),
             body_out: Vec::new(),
-            rec: crate::access_log::Record::new(
+            rec: crate::observe::access_log::Record::new(
                 li,
                 std::net::Ipv4Addr::UNSPECIFIED.into(),
                 ([0, 0, 0, 0], 0).into(),
@@ -312,7 +312,10 @@ impl Conn {
                     if self.x.as_ref().is_some_and(|x| x.has_pending()) {
                         let tx0 = self.client.bytes_written();
                         self.refuse(408, None).await;
-                        self.record_unparsed(crate::decision::Decision::ClientTimeout, tx0);
+                        self.record_unparsed(
+                            crate::observe::decision::Decision::ClientTimeout,
+                            tx0,
+                        );
                         self.close_gracefully().await;
                     }
                     return;
@@ -320,7 +323,7 @@ impl Conn {
                 head::HeadRead::Bad(e) => {
                     let tx0 = self.client.bytes_written();
                     self.refuse(status_for(e), None).await;
-                    self.record_unparsed(crate::decision::Decision::BadRequest(e), tx0);
+                    self.record_unparsed(crate::observe::decision::Decision::BadRequest(e), tx0);
                     self.close_gracefully().await;
                     return;
                 }

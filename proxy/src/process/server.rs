@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use glommio::{LocalExecutorBuilder, Placement};
 use zgix_config::Config;
 
-use crate::generation::{Command, ListenerFd, Mailbox, Update};
 use crate::instance::{self, Guards, Table};
-use crate::lifecycle::{sd_notify, EXIT_DRAIN_CUT, LIFECYCLE};
+use crate::process::generation::{Command, ListenerFd, Mailbox, Update};
+use crate::process::lifecycle::{sd_notify, EXIT_DRAIN_CUT, LIFECYCLE};
+use crate::process::shard::{self, BindReport, IO_MEMORY};
+use crate::process::signals::{self, Signal, Signals};
 use crate::runtime::Runtime;
-use crate::shard::{self, BindReport, IO_MEMORY};
-use crate::signals::{self, Signal, Signals};
 
 /// How long the main thread waits for every shard to take a new generation.
 const APPLY_WAIT: Duration = Duration::from_secs(5);
@@ -65,10 +65,10 @@ pub fn run(start: Start) -> Result<i32, String> {
     guards
         .claim(&guarded(&start.config))
         .map_err(|e| e.join("; "))?;
-    crate::respond::set_server_header(start.config.server_header());
+    crate::http::respond::set_server_header(start.config.server_header());
     let mut rt = Runtime::new(start.config, cpus.len());
     if let Some(cfg) = &rt.config.access_log {
-        rt.access_log = Some(Arc::new(crate::access_log::AccessLog::start(
+        rt.access_log = Some(Arc::new(crate::observe::access_log::AccessLog::start(
             cfg,
             cpus.len(),
         )?));
@@ -91,7 +91,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     let (listeners, admin) = server.bind(&rt, inherited)?;
     server.listeners = listeners;
     server.admin = admin;
-    let _resolver = crate::resolve::spawn_resolver(rt.clone());
+    let _resolver = crate::upstream::resolve::spawn_resolver(rt.clone());
     if let Some(h) = handed.as_mut() {
         instance::stop_old(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
     }
@@ -147,7 +147,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     .map_err(|e| format!("cannot start the control thread: {e}"))?;
 
     loop {
-        crate::log::flush_repeats();
+        crate::observe::log::flush_repeats();
         match signals.wait(Duration::from_millis(100)) {
             Some(Signal::Drain(sig)) => {
                 crate::log_info!(
@@ -163,7 +163,7 @@ pub fn run(start: Start) -> Result<i32, String> {
                 if let Some(log) = &server.rt.access_log {
                     log.reopen();
                 }
-                crate::lifecycle::reopen_logs();
+                crate::process::lifecycle::reopen_logs();
             }
             Some(Signal::Ignored(sig)) => {
                 crate::log_info!("server", "signal {}: ignored", signals::name(sig));
@@ -222,7 +222,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     if let Some(log) = &server.rt.access_log {
         log.stop();
     }
-    crate::log::flush_repeats();
+    crate::observe::log::flush_repeats();
     let requests = LIFECYCLE.cut_requests.load(Ordering::Acquire);
     let conns = LIFECYCLE.cut_connections.load(Ordering::Acquire);
     if forced || live.load(Ordering::Acquire) > 0 || conns > 0 || requests > 0 {
@@ -471,7 +471,7 @@ impl Server {
             rt.access_log = self.rt.access_log.clone();
         } else {
             if let Some(cfg) = &rt.config.access_log {
-                match crate::access_log::AccessLog::start(cfg, self.shards) {
+                match crate::observe::access_log::AccessLog::start(cfg, self.shards) {
                     Ok(log) => rt.access_log = Some(Arc::new(log)),
                     Err(e) => {
                         crate::log_error!("server", "reload: {e}");
@@ -509,7 +509,7 @@ impl Server {
         // The old runtime's resolver (and prober) stop; connections still on
         // it finish with the addresses they have.
         old_rt.draining.store(true, Ordering::Release);
-        let _resolver = crate::resolve::spawn_resolver(self.rt.clone());
+        let _resolver = crate::upstream::resolve::spawn_resolver(self.rt.clone());
         // Lines of connections still on the old runtime after this are lost.
         if let Some(log) = stop_old_log {
             log.stop();

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::health::{now_ms, Avail};
-use crate::metrics::{Counter, UpstreamError};
+use crate::observe::metrics::{Counter, UpstreamError};
 use crate::runtime::Runtime;
+use crate::upstream::health::{now_ms, Avail};
 
 /// Upper bounds of the time-to-first-byte buckets, in microseconds: 100 µs to 10 s.
 pub const TTFB_BUCKETS_US: [u64; 16] = [

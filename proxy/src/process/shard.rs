@@ -12,11 +12,11 @@ use futures_lite::future::or;
 use glommio::sync::{Gate, Semaphore};
 use zgix_parser::{RequestParser, ResponseParser};
 
-use crate::generation::{Command, ListenerFd, Mailbox, Update};
 use crate::io::{Driver, Listener};
-use crate::metrics::ShardCounters;
-use crate::pool::Pool;
+use crate::observe::metrics::ShardCounters;
+use crate::process::generation::{Command, ListenerFd, Mailbox, Update};
 use crate::runtime::Runtime;
+use crate::upstream::pool::Pool;
 
 /// Locked memory each shard's executor asks for (glommio's registered buffer
 /// area). zgix does no file I/O, so it needs little; the floor glommio accepts
@@ -34,13 +34,13 @@ pub struct Shard {
     pub counters: Arc<ShardCounters>,
     pub pool: Pool,
     /// Endpoint choice per cluster (weights, least_conn, rendezvous).
-    pub balancer: crate::lb::Balancer,
+    pub balancer: crate::upstream::lb::Balancer,
     /// This shard's per-endpoint counters.
-    pub up: Arc<crate::upstream_metrics::ShardUpstream>,
+    pub up: Arc<crate::upstream::metrics::ShardUpstream>,
     /// Resolver generations seen, so moved endpoints' pooled connections go.
-    pub seen: crate::resolve::SeenGenerations,
+    pub seen: crate::upstream::resolve::SeenGenerations,
     /// This shard's access-log ring, when the access log is on.
-    pub access_log: Option<crate::access_log::ShardLog>,
+    pub access_log: Option<crate::observe::access_log::ShardLog>,
     /// Set once the shard drains (shared by its generations).
     pub draining: Rc<Cell<bool>>,
     /// Never holds permits: closing it wakes every task waiting on it (the
@@ -74,7 +74,7 @@ pub struct Shard {
     pub in_flight: Rc<Cell<usize>>,
     /// The configuration generation this shard state belongs to (1 at start).
     pub generation: u64,
-    /// The next generation, once a reload made one (see [`crate::generation`]).
+    /// The next generation, once a reload made one (see [`crate::process::generation`]).
     pub successor: RefCell<Option<Rc<Shard>>>,
 }
 
@@ -102,9 +102,9 @@ impl Shard {
                 l.upstream_pool_idle_per_endpoint,
                 rt.timeouts.upstream_pool_idle,
             ),
-            balancer: crate::lb::Balancer::new(&rt, id),
+            balancer: crate::upstream::lb::Balancer::new(&rt, id),
             up: rt.upstream_stats.shards[id].clone(),
-            seen: crate::resolve::SeenGenerations::new(&rt),
+            seen: crate::upstream::resolve::SeenGenerations::new(&rt),
             access_log: rt
                 .access_log
                 .as_ref()
@@ -299,7 +299,7 @@ impl Local {
             Some(shard),
             shard.generation,
         ));
-        glommio::spawn_local(crate::admin::serve(admin.clone(), listener)).detach();
+        glommio::spawn_local(crate::process::admin::serve(admin.clone(), listener)).detach();
         *self.admin.borrow_mut() = Some(admin);
         Ok(())
     }
@@ -402,7 +402,7 @@ pub async fn run(
             .await
             .is_some();
         if !finished {
-            let l = &crate::lifecycle::LIFECYCLE;
+            let l = &crate::process::lifecycle::LIFECYCLE;
             l.cut_requests
                 .fetch_add(cur.in_flight.get() as u64, Ordering::AcqRel);
             l.cut_connections
@@ -420,7 +420,11 @@ pub async fn run(
 fn spawn_prober(shard: &Shard) {
     let rt = &shard.rt;
     if shard.id == 0 && rt.clusters.iter().any(|c| c.active.is_some()) {
-        glommio::spawn_local(crate::health::run_prober(rt.clone(), shard.driver.clone())).detach();
+        glommio::spawn_local(crate::upstream::health::run_prober(
+            rt.clone(),
+            shard.driver.clone(),
+        ))
+        .detach();
     }
 }
 
@@ -564,10 +568,10 @@ async fn tick(local: Rc<Local>) {
     loop {
         local.driver.sleep(TICK).await;
         let shard = local.current();
-        shard
-            .counters
-            .heap_allocations
-            .store(crate::alloc::thread_allocations(), Ordering::Relaxed);
+        shard.counters.heap_allocations.store(
+            crate::observe::alloc::thread_allocations(),
+            Ordering::Relaxed,
+        );
         shard.counters.engine.publish(&shard.driver);
         let e = &shard.counters.engine;
         e.exchanges_pooled
@@ -575,7 +579,7 @@ async fn tick(local: Rc<Local>) {
         e.exchanges_out
             .store(shard.exchanges_out.get() as u64, Ordering::Relaxed);
         e.heap_live_bytes.store(
-            crate::alloc::thread_live_bytes().max(0) as u64,
+            crate::observe::alloc::thread_live_bytes().max(0) as u64,
             Ordering::Relaxed,
         );
         n += 1;

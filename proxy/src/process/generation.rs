@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::io::Notifier;
+use crate::process::shard::Shard;
 use crate::runtime::Runtime;
-use crate::shard::Shard;
 
 /// A listening socket a shard serves under a generation.
 #[derive(Debug)]

@@ -20,9 +20,9 @@ use std::cell::Cell;
 use zgix_admission::ClientId;
 use zgix_config::{Lb, MAX_CLUSTER_ENDPOINTS};
 
-use crate::health::Avail;
 use crate::runtime::Runtime;
-use crate::upstream_metrics::{InFlight, ShardUpstream};
+use crate::upstream::health::Avail;
+use crate::upstream::metrics::{InFlight, ShardUpstream};
 
 const WORDS: usize = MAX_CLUSTER_ENDPOINTS.div_ceil(64);
 

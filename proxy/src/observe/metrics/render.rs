@@ -7,7 +7,7 @@ use super::{
     new_latency_histogram, Admission, ConnRefusal, Histo, Metrics, ShardCounters, TableGauges,
     UpstreamError, BUCKETS_US, STATUS_CODES,
 };
-use crate::decision::CLASS_LABELS;
+use crate::observe::decision::CLASS_LABELS;
 
 /// Reads one counter of a shard.
 type CounterOf = fn(&ShardCounters) -> u64;
@@ -173,7 +173,7 @@ impl Metrics {
             "Upstream connections opened.",
             self.sum(|s| s.upstream_connects.get()),
         );
-        crate::engine_metrics::render(o, self.shards.iter().map(|s| &s.engine));
+        crate::observe::engine_metrics::render(o, self.shards.iter().map(|s| &s.engine));
 
         family(
             o,

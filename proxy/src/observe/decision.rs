@@ -2,7 +2,7 @@
 
 use zgix_parser::ParseError;
 
-use crate::metrics::UpstreamError;
+use crate::observe::metrics::UpstreamError;
 
 /// Why a request got the status it got.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -27,9 +27,9 @@ use zgix_parser::Version;
 pub use format::{write_line, ESCAPE_GROWTH, LINE_OVERHEAD};
 pub use ring::Ring;
 
-use crate::clock::SecondCache;
-use crate::decision::Decision;
-use crate::metrics::ShardCounters;
+use crate::observe::clock::SecondCache;
+use crate::observe::decision::Decision;
+use crate::observe::metrics::ShardCounters;
 use crate::runtime::Runtime;
 
 /// Longest a line waits in a ring when traffic is light.
@@ -69,7 +69,7 @@ impl Record {
     /// start of its life: the request path overwrites the rest as it learns it.
     pub fn new(listener: usize, client: IpAddr, peer: SocketAddr) -> Record {
         Record {
-            start_unix_ms: crate::clock::unix_ms(),
+            start_unix_ms: crate::observe::clock::unix_ms(),
             client,
             peer,
             listener,

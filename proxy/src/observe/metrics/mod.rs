@@ -195,8 +195,8 @@ pub struct ListenerCounters {
     pub open: Gauge,
     /// By [`Admission`] index.
     pub admission: [Counter; Admission::ALL.len()],
-    /// Request duration by [`crate::decision::Decision::class`].
-    pub duration: [Histo; crate::decision::CLASS_LABELS.len()],
+    /// Request duration by [`crate::observe::decision::Decision::class`].
+    pub duration: [Histo; crate::observe::decision::CLASS_LABELS.len()],
 }
 
 impl Default for ListenerCounters {
@@ -241,7 +241,7 @@ pub struct ShardCounters {
     pub listeners: Box<[ListenerCounters]>,
     pub clusters: Box<[ClusterCounters]>,
     /// Driver, accept and tunnel counters.
-    pub engine: crate::engine_metrics::EngineCounters,
+    pub engine: crate::observe::engine_metrics::EngineCounters,
 }
 
 impl ShardCounters {
@@ -290,7 +290,12 @@ impl ShardCounters {
     }
     /// A request finished (response written, refusal included) after `us`.
     #[inline]
-    pub fn request_done(&self, listener: usize, decision: crate::decision::Decision, us: u64) {
+    pub fn request_done(
+        &self,
+        listener: usize,
+        decision: crate::observe::decision::Decision,
+        us: u64,
+    ) {
         self.listeners[listener].duration[decision.class()].record(us);
     }
     /// An upstream answered its response head `us` after the request was sent.

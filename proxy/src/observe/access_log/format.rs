@@ -5,8 +5,8 @@ use std::io::Write as _;
 use zgix_config::AccessLogFormat;
 
 use super::{Record, Target};
-use crate::clock::{write_rfc3339_ms, SecondCache};
-use crate::decision::{write_decision, Decision};
+use crate::observe::clock::{write_rfc3339_ms, SecondCache};
+use crate::observe::decision::{write_decision, Decision};
 use crate::runtime::Runtime;
 
 /// Worst-case growth of a byte through escaping (`\u00XX` in JSON).

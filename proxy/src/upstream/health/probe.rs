@@ -161,7 +161,7 @@ fn parse_status(b: &[u8]) -> Result<u16, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Avail;
+    use crate::upstream::health::Avail;
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicU16, AtomicUsize};
@@ -224,7 +224,7 @@ mod tests {
         f: impl FnOnce(Rc<Driver>) -> F + Send + 'static,
     ) {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(crate::shard::IO_MEMORY)
+            .io_memory(crate::process::shard::IO_MEMORY)
             .spawn(move || async move {
                 let d = Driver::new(&crate::io::Options::new(crate::io::Kind::Epoll)).unwrap();
                 let t = glommio::spawn_local(d.clone().run());

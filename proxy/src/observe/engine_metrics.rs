@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use crate::metrics::Counter;
+use crate::observe::metrics::Counter;
 
 /// The errno values accept failures are counted under; the rest is `other`.
 const ACCEPT_ERRNOS: [(i32, &str); 5] = [

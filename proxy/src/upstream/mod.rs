@@ -1,0 +1,7 @@
+//! The upstreams: endpoint choice (the balancer), keep-alive pools of upstream connections, endpoint health and its active prober, address resolution, and the per-endpoint counters. Uses the driver and observability; knows nothing of client connections.
+
+pub mod health;
+pub mod lb;
+pub mod metrics;
+pub mod pool;
+pub mod resolve;
