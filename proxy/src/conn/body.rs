@@ -15,7 +15,7 @@ use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
 use crate::io::{Buf, Sock};
-use crate::observe::metrics::UpstreamError;
+use crate::observe::decision::UpstreamError;
 use crate::process::shard::Shard;
 
 /// The request-body half of an exchange.

@@ -13,7 +13,7 @@ use crate::http::respond::status_for;
 use crate::http::wire;
 use crate::io::Sock;
 use crate::observe::decision::Decision;
-use crate::observe::metrics::UpstreamError;
+use crate::observe::decision::UpstreamError;
 use crate::runtime::Runtime;
 use crate::upstream::health;
 use crate::upstream::lb;

@@ -32,7 +32,8 @@ use crate::http::filters::Walk;
 use crate::http::respond::{status_for, write_refusal};
 use crate::http::wire;
 use crate::io::{Buf, Sock};
-use crate::observe::metrics::{ConnRefusal, UpstreamError};
+use crate::observe::decision::UpstreamError;
+use crate::observe::metrics::ConnRefusal;
 use crate::process::shard::Shard;
 
 pub use head::HeadScan;

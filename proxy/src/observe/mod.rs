@@ -3,6 +3,7 @@
 pub mod access_log;
 pub mod alloc;
 pub mod clock;
+pub mod counter;
 pub mod decision;
 pub mod engine_metrics;
 pub mod log;

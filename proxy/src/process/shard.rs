@@ -13,6 +13,7 @@ use glommio::sync::{Gate, Semaphore};
 use zgix_parser::{RequestParser, ResponseParser};
 
 use crate::io::{Driver, Listener};
+use crate::observe::engine_metrics::EngineCounters;
 use crate::observe::metrics::ShardCounters;
 use crate::process::generation::{Command, ListenerFd, Mailbox, Update};
 use crate::runtime::Runtime;
@@ -236,7 +237,7 @@ impl Local {
         *self.current.borrow_mut() = next.clone();
         up.rt.metrics.shards[self.id]
             .engine
-            .set_driver(self.driver.kind());
+            .set_driver(self.driver.kind().as_str());
         spawn_prober(&next);
         let listeners = self.serve_listeners(&next, up.listeners);
         let admin = self.serve_admin(&next, up.admin);
@@ -363,7 +364,9 @@ pub async fn run(
             return;
         }
     };
-    rt.metrics.shards[id].engine.set_driver(driver.kind());
+    rt.metrics.shards[id]
+        .engine
+        .set_driver(driver.kind().as_str());
     mailbox.set_notifier(driver.notifier());
     let shard = Rc::new(Shard::new(id, rt, driver.clone(), None, first.generation));
     let driver_task = glommio::spawn_local(driver.clone().run());
@@ -572,7 +575,7 @@ async fn tick(local: Rc<Local>) {
             crate::observe::alloc::thread_allocations(),
             Ordering::Relaxed,
         );
-        shard.counters.engine.publish(&shard.driver);
+        publish_driver(&shard.counters.engine, &shard.driver);
         let e = &shard.counters.engine;
         e.exchanges_pooled
             .store(shard.exchanges.borrow().len() as u64, Ordering::Relaxed);
@@ -591,4 +594,19 @@ async fn tick(local: Rc<Local>) {
             }
         }
     }
+}
+
+/// Copies the driver's counters into the shard's engine counters (the tick).
+fn publish_driver(e: &EngineCounters, d: &Driver) {
+    let s = &d.stats;
+    e.driver_enters.store(s.enters.get(), Ordering::Relaxed);
+    e.recv_rearm_nobufs
+        .store(s.recv_rearm_nobufs.get(), Ordering::Relaxed);
+    e.recv_paused.store(s.recv_paused.get(), Ordering::Relaxed);
+    e.cq_overflows
+        .store(s.cq_overflows.get(), Ordering::Relaxed);
+    e.sends_waited
+        .store(s.sends_waited.get(), Ordering::Relaxed);
+    e.buffers_held
+        .store(d.buffers_held() as u64, Ordering::Relaxed);
 }

@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::observe::metrics::{Counter, UpstreamError};
+use crate::observe::counter::Counter;
+use crate::observe::decision::UpstreamError;
 use crate::runtime::Runtime;
 use crate::upstream::health::{now_ms, Avail};
 

@@ -1,7 +1,7 @@
 //! Tests for the access log: both formats, escaping, drops, the writer and reopen.
 
 use super::*;
-use crate::observe::metrics::UpstreamError;
+use crate::observe::decision::UpstreamError;
 use zgix_config::Config;
 use zgix_parser::ParseError;
 
