@@ -11,12 +11,12 @@ use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
+use super::shard::Shard;
 use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
 use crate::io::{Buf, Sock};
 use crate::observe::decision::UpstreamError;
-use crate::process::shard::Shard;
 
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {

@@ -8,7 +8,7 @@ use zgix_admission::ClientId;
 use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{ParseError, Status};
 
-use super::{client_ip, is_timeout, take_exchange, Conn};
+use super::{client_ip, is_timeout, shard, take_exchange, Conn};
 use crate::http::wire;
 use crate::observe::metrics::ConnRefusal;
 
@@ -222,13 +222,13 @@ impl Conn {
                 };
                 if r.is_ok() && !first {
                     // Bytes of a new request: it starts on the newest config.
-                    match crate::process::generation::follow(&mut self.shard, self.li) {
-                        crate::process::generation::Follow::Stay => {}
-                        crate::process::generation::Follow::Move(li) => {
+                    match shard::follow(&mut self.shard, self.li) {
+                        shard::Follow::Stay => {}
+                        shard::Follow::Move(li) => {
                             self.li = li;
                             return HeadRead::Moved;
                         }
-                        crate::process::generation::Follow::Close => return HeadRead::Closed,
+                        shard::Follow::Close => return HeadRead::Closed,
                     }
                 }
                 match r {

@@ -16,6 +16,7 @@ mod admit;
 mod body;
 mod forward;
 mod head;
+pub mod shard;
 pub mod slab;
 mod tunnel;
 
@@ -34,7 +35,7 @@ use crate::http::wire;
 use crate::io::{Buf, Sock};
 use crate::observe::decision::UpstreamError;
 use crate::observe::metrics::ConnRefusal;
-use crate::process::shard::Shard;
+use shard::Shard;
 
 pub use head::HeadScan;
 

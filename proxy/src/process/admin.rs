@@ -4,9 +4,9 @@ use std::rc::Rc;
 
 use zgix_parser::{RequestHead, Status};
 
+use crate::conn::shard::Shard;
 use crate::io::{Listener, Sock};
 use crate::observe::metrics::TableGauges;
-use crate::process::shard::Shard;
 
 /// Accepts admin connections until the shard drains.
 pub async fn serve(shard: Rc<Shard>, listener: Listener) {
