@@ -34,7 +34,7 @@ fn exported_names() -> BTreeSet<String> {
     )
     .expect("a valid config");
     let rt = zgix::runtime::Runtime::new(cfg, 1);
-    let text = text + &zgix::upstream::metrics::render(&rt);
+    let text = text + &zgix::upstream::render::render(&rt.up);
     let mut names = BTreeSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {

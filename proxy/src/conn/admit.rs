@@ -183,7 +183,7 @@ impl Conn {
                 path: &x.req.canonical_path,
                 query: x.rec_has_query.then_some(&x.rec_query[..]),
             };
-            log.emit(&shard.rt, &x.rec, &t);
+            log.emit(&*shard.rt, &x.rec, &t);
         }
     }
 
@@ -203,7 +203,7 @@ impl Conn {
         shard.counters.request_done(li, decision, 1);
         if let Some(log) = &shard.access_log {
             log.emit(
-                &shard.rt,
+                &*shard.rt,
                 &x.rec,
                 &crate::observe::access_log::Target::default(),
             );

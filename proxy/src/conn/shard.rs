@@ -28,7 +28,7 @@ pub struct Shard {
     /// This shard's per-endpoint counters.
     pub up: Arc<crate::upstream::metrics::ShardUpstream>,
     /// Resolver generations seen, so moved endpoints' pooled connections go.
-    pub seen: crate::upstream::resolve::SeenGenerations,
+    pub seen: crate::upstream::resolver::SeenGenerations,
     /// This shard's access-log ring, when the access log is on.
     pub access_log: Option<crate::observe::access_log::ShardLog>,
     /// Set once the shard drains (shared by its generations).
@@ -84,13 +84,13 @@ impl Shard {
             id,
             counters: rt.metrics.shards[id].clone(),
             pool: Pool::new(
-                rt.endpoints.len(),
+                rt.up.endpoints.len(),
                 l.upstream_pool_idle_per_endpoint,
                 rt.timeouts.upstream_pool_idle,
             ),
-            balancer: crate::upstream::lb::Balancer::new(&rt, id),
-            up: rt.upstream_stats.shards[id].clone(),
-            seen: crate::upstream::resolve::SeenGenerations::new(&rt),
+            balancer: crate::upstream::lb::Balancer::new(&rt.up, id),
+            up: rt.up.upstream_stats.shards[id].clone(),
+            seen: crate::upstream::resolver::SeenGenerations::new(&rt.up),
             access_log: rt
                 .access_log
                 .as_ref()

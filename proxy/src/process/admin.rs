@@ -66,10 +66,10 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
             };
             let names = crate::observe::metrics::Labels {
                 listeners: rt.listeners.iter().map(|l| l.name.as_str()).collect(),
-                clusters: rt.clusters.iter().map(|c| c.name.as_str()).collect(),
+                clusters: rt.up.clusters.iter().map(|c| c.name.as_str()).collect(),
             };
             let mut body =
-                rt.metrics.render(&names, &gauges) + &crate::upstream::metrics::render(rt);
+                rt.metrics.render(&names, &gauges) + &crate::upstream::render::render(&rt.up);
             crate::process::lifecycle::render(&mut body);
             response(200, "text/plain; version=0.0.4; charset=utf-8", &body)
         }

@@ -91,7 +91,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     let (listeners, admin) = server.bind(&rt, inherited)?;
     server.listeners = listeners;
     server.admin = admin;
-    let _resolver = crate::upstream::resolve::spawn_resolver(rt.clone());
+    let _resolver = crate::upstream::resolver::spawn_resolver(rt.up.clone());
     if let Some(h) = handed.as_mut() {
         instance::stop_old(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
     }
@@ -202,7 +202,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     drop(std::mem::take(&mut server.guards));
     LIFECYCLE.draining.store(true, Ordering::Release);
     sd_notify("STOPPING=1");
-    server.rt.draining.store(true, Ordering::Release);
+    server.rt.up.draining.store(true, Ordering::Release);
     server.post_all(|| Command::Drain);
     // The shards stopped accepting: closing these closes the listening
     // sockets once each shard served what it had already accepted.
@@ -508,8 +508,8 @@ impl Server {
         let all = self.post_each(|i| Command::Apply(self.update(i, &kept)));
         // The old runtime's resolver (and prober) stop; connections still on
         // it finish with the addresses they have.
-        old_rt.draining.store(true, Ordering::Release);
-        let _resolver = crate::upstream::resolve::spawn_resolver(self.rt.clone());
+        old_rt.up.draining.store(true, Ordering::Release);
+        let _resolver = crate::upstream::resolver::spawn_resolver(self.rt.up.clone());
         // Lines of connections still on the old runtime after this are lost.
         if let Some(log) = stop_old_log {
             log.stop();

@@ -293,9 +293,9 @@ pub async fn run(
 /// that runtime is retired by a reload or drains.
 fn spawn_prober(shard: &Shard) {
     let rt = &shard.rt;
-    if shard.id == 0 && rt.clusters.iter().any(|c| c.active.is_some()) {
+    if shard.id == 0 && rt.up.clusters.iter().any(|c| c.active.is_some()) {
         glommio::spawn_local(crate::upstream::health::run_prober(
-            rt.clone(),
+            rt.up.clone(),
             shard.driver.clone(),
         ))
         .detach();
@@ -460,7 +460,7 @@ async fn tick(local: Rc<Local>) {
         if n.is_multiple_of(10) {
             for g in local.live_gens() {
                 g.pool.sweep(Instant::now());
-                g.seen.changed(&g.rt, |ep| g.pool.retire(ep));
+                g.seen.changed(&g.rt.up, |ep| g.pool.retire(ep));
                 crate::conn::trim_memory(&g);
             }
         }

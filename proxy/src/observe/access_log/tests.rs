@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::observe::decision::UpstreamError;
+use crate::runtime::Runtime;
 use zgix_config::Config;
 use zgix_parser::ParseError;
 
