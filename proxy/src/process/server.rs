@@ -46,6 +46,25 @@ pub fn run(start: Start) -> Result<i32, String> {
         return Err("no CPU to run a shard on".into());
     }
     let signals = Signals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    let (mut server, mut handed) = load(start, cpus.len())?;
+    let rt = server.rt.clone();
+    let _resolver = crate::upstream::resolver::spawn_resolver(rt.up.clone());
+    let live = start_shards(&mut server, &cpus, handed.as_mut())?;
+    if let Some(mut h) = handed {
+        instance::confirm(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
+        sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        sd_notify("READY=1");
+    }
+    server.publish_table();
+    let control = ControlThread::spawn(&server)?;
+    serve(&mut server, &signals, &control, &live, cpus.len())?;
+    Ok(drain(server, &signals, control, &live))
+}
+
+/// Start-up before any shard: takes the sockets over (`--upgrade`), claims
+/// the guards, builds the runtime and the access log, binds the listeners.
+fn load(start: Start, shards: usize) -> Result<(Server, Option<instance::Handed>), String> {
     let mut handed = if start.upgrade {
         let binds: Vec<SocketAddr> = start.config.listeners.iter().map(|l| l.bind).collect();
         let h = instance::take_over(&binds)?;
@@ -66,21 +85,20 @@ pub fn run(start: Start) -> Result<i32, String> {
         .claim(&guarded(&start.config))
         .map_err(|e| e.join("; "))?;
     crate::http::respond::set_server_header(start.config.server_header());
-    let mut rt = Runtime::new(start.config, cpus.len());
+    let mut rt = Runtime::new(start.config, shards);
     if let Some(cfg) = &rt.config.access_log {
         rt.access_log = Some(Arc::new(crate::observe::access_log::AccessLog::start(
-            cfg,
-            cpus.len(),
+            cfg, shards,
         )?));
     }
     let rt = Arc::new(rt);
     let mut server = Server {
         path: start.path,
-        shards: cpus.len(),
+        shards,
         listeners: Vec::new(),
         admin: None,
         rt: rt.clone(),
-        mailboxes: (0..cpus.len()).map(|_| Arc::default()).collect(),
+        mailboxes: (0..shards).map(|_| Arc::default()).collect(),
         guards,
         table: Arc::default(),
         generation: 1,
@@ -91,8 +109,18 @@ pub fn run(start: Start) -> Result<i32, String> {
     let (listeners, admin) = server.bind(&rt, inherited)?;
     server.listeners = listeners;
     server.admin = admin;
-    let _resolver = crate::upstream::resolver::spawn_resolver(rt.up.clone());
-    if let Some(h) = handed.as_mut() {
+    Ok((server, handed))
+}
+
+/// Starts one shard per CPU, each on its first generation, and waits until
+/// each accepts; tells the old instance to stop first on `--upgrade`.
+fn start_shards(
+    server: &mut Server,
+    cpus: &[usize],
+    handed: Option<&mut instance::Handed>,
+) -> Result<Arc<AtomicUsize>, String> {
+    let rt = server.rt.clone();
+    if let Some(h) = handed {
         instance::stop_old(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
     }
     let live = Arc::new(AtomicUsize::new(0));
@@ -117,35 +145,58 @@ pub fn run(start: Start) -> Result<i32, String> {
         cpus.len(),
         rt.io_driver_name()
     );
-    if let Some(mut h) = handed {
-        instance::confirm(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
-        sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-    } else {
-        sd_notify("READY=1");
-    }
-    server.publish_table();
-    let stop_control = Arc::new(AtomicBool::new(false));
-    let handed_to = Arc::new(AtomicU32::new(0));
-    let resume = Arc::new(AtomicBool::new(false));
-    let mailboxes = server.mailboxes.clone();
-    let control = instance::spawn_control(instance::Control {
-        table: server.table.clone(),
-        stop: stop_control.clone(),
-        handed_to: handed_to.clone(),
-        stop_accepting: Box::new(move || {
-            let seqs: Vec<u64> = mailboxes
-                .iter()
-                .map(|m| m.post(Command::StopAccepting))
-                .collect();
-            let until = Instant::now() + APPLY_WAIT;
-            for (m, s) in mailboxes.iter().zip(seqs) {
-                m.wait(s, until);
-            }
-        }),
-        resume: resume.clone(),
-    })
-    .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    Ok(live)
+}
 
+/// The control channel's thread and what it reports back.
+struct ControlThread {
+    stop: Arc<AtomicBool>,
+    handed_to: Arc<AtomicU32>,
+    resume: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ControlThread {
+    /// Starts the thread that answers a new instance's `--upgrade`.
+    fn spawn(server: &Server) -> Result<ControlThread, String> {
+        let stop_control = Arc::new(AtomicBool::new(false));
+        let handed_to = Arc::new(AtomicU32::new(0));
+        let resume = Arc::new(AtomicBool::new(false));
+        let mailboxes = server.mailboxes.clone();
+        let thread = instance::spawn_control(instance::Control {
+            table: server.table.clone(),
+            stop: stop_control.clone(),
+            handed_to: handed_to.clone(),
+            stop_accepting: Box::new(move || {
+                let seqs: Vec<u64> = mailboxes
+                    .iter()
+                    .map(|m| m.post(Command::StopAccepting))
+                    .collect();
+                let until = Instant::now() + APPLY_WAIT;
+                for (m, s) in mailboxes.iter().zip(seqs) {
+                    m.wait(s, until);
+                }
+            }),
+            resume: resume.clone(),
+        })
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        Ok(ControlThread {
+            stop: stop_control,
+            handed_to,
+            resume,
+            thread,
+        })
+    }
+}
+
+/// Answers signals until a drain signal or a hand-off; `Err` if a shard stopped.
+fn serve(
+    server: &mut Server,
+    signals: &Signals,
+    control: &ControlThread,
+    live: &AtomicUsize,
+    shards: usize,
+) -> Result<(), String> {
     loop {
         crate::observe::log::flush_repeats();
         match signals.wait(Duration::from_millis(100)) {
@@ -156,7 +207,7 @@ pub fn run(start: Start) -> Result<i32, String> {
                     signals::name(sig),
                     server.rt.timeouts.drain.as_millis()
                 );
-                break;
+                return Ok(());
             }
             Some(Signal::Reload) => server.reload(),
             Some(Signal::ReopenLogs) => {
@@ -170,7 +221,7 @@ pub fn run(start: Start) -> Result<i32, String> {
             }
             None => {}
         }
-        if resume.swap(false, Ordering::AcqRel) {
+        if control.resume.swap(false, Ordering::AcqRel) {
             // A hand-off failed after the shards stopped: accept again.
             server.generation += 1;
             server.post_each(|i| Command::Apply(server.update(i, &[])));
@@ -183,21 +234,26 @@ pub fn run(start: Start) -> Result<i32, String> {
                 server.generation
             );
         }
-        let pid = handed_to.load(Ordering::Acquire);
+        let pid = control.handed_to.load(Ordering::Acquire);
         if pid != 0 {
             crate::log_info!(
                 "server",
                 "pid {pid} accepts on the listening sockets now; draining (up to {} ms)",
                 server.rt.timeouts.drain.as_millis()
             );
-            break;
+            return Ok(());
         }
-        if live.load(Ordering::Acquire) < cpus.len() {
+        if live.load(Ordering::Acquire) < shards {
             return Err("a shard stopped unexpectedly".into());
         }
     }
-    stop_control.store(true, Ordering::Release);
-    let _ = control.join();
+}
+
+/// Stops the control thread, drains every shard within the drain timeout,
+/// stops the access log; the exit status.
+fn drain(mut server: Server, signals: &Signals, control: ControlThread, live: &AtomicUsize) -> i32 {
+    control.stop.store(true, Ordering::Release);
+    let _ = control.thread.join();
     // The guard names go with the sockets (or away): a new instance may start.
     drop(std::mem::take(&mut server.guards));
     LIFECYCLE.draining.store(true, Ordering::Release);
@@ -230,10 +286,10 @@ pub fn run(start: Start) -> Result<i32, String> {
             "server", "drain deadline passed: cut {conns} connection(s), {requests} request(s) in flight; exit status {EXIT_DRAIN_CUT}"
         );
         crate::log_info!("server", "stopped");
-        return Ok(EXIT_DRAIN_CUT);
+        return EXIT_DRAIN_CUT;
     }
     crate::log_info!("server", "stopped");
-    Ok(0)
+    0
 }
 
 /// The addresses guarded against a second instance, with their config paths.

@@ -20,9 +20,6 @@ pub fn render(up: &Upstreams) -> String {
             up.clusters[u.cluster].name, u.label
         )
     };
-    let family = |o: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
     let per_endpoint =
         |o: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
             family(o, name, kind, help);
@@ -104,8 +101,15 @@ pub fn render(up: &Upstreams) -> String {
             c.name
         );
     }
+    ttfb(&mut o, up, &labels);
+    o
+}
+
+/// `zgix_upstream_ttfb_seconds`: one cumulative histogram per endpoint.
+fn ttfb(o: &mut String, up: &Upstreams, labels: &dyn Fn(usize) -> String) {
+    let m = &up.upstream_stats;
     family(
-        &mut o,
+        o,
         "zgix_upstream_ttfb_seconds",
         "histogram",
         "Time from sending a request to an endpoint to its first response byte.",
@@ -128,5 +132,8 @@ pub fn render(up: &Upstreams) -> String {
             "zgix_upstream_ttfb_seconds_bucket{{{l},le=\"+Inf\"}} {cumulative}\nzgix_upstream_ttfb_seconds_sum{{{l}}} {sum_s}\nzgix_upstream_ttfb_seconds_count{{{l}}} {cumulative}"
         );
     }
-    o
+}
+
+fn family(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
