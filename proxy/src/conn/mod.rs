@@ -1,4 +1,11 @@
-//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection.
+//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection; [`shard`] is the shard state a connection runs on.
+//!
+//! # The floor
+//!
+//! The exchange stands above the runtime, the upstreams, the HTTP pieces,
+//! the driver and observability, and imports only from them; the process
+//! floor (`process/`: the shard's executor, generations, admin) hands each
+//! accepted connection its [`shard::Shard`] and is never imported here.
 //!
 //! # Memory
 //!

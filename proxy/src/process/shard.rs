@@ -1,4 +1,4 @@
-//! A shard: one pinned glommio executor owning its listeners, connections, upstream pool and counters.
+//! A shard's executor: one pinned glommio executor per CPU, binding its listeners, running their accept loops, switching generations and publishing its counters each tick; the state its connections run on is `conn::shard::Shard`.
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
