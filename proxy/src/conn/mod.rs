@@ -300,7 +300,10 @@ impl Conn {
         let lst = &shard.rt.listeners[self.li];
         if lst.proxy_protocol {
             if let Err(why) = self.read_proxy_header().await {
-                shard.counters.refused(why);
+                // `None`: refused for want of a request state, answered.
+                if let Some(why) = why {
+                    shard.counters.refused(why);
+                }
                 return;
             }
         }
