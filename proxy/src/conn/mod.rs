@@ -377,14 +377,21 @@ impl Conn {
     /// could destroy the response in flight (the "lingering close" of nginx).
     async fn close_gracefully(&mut self) {
         self.client.shutdown_write();
-        self.client.set_read_timeout(Some(LINGER));
         let shard = self.shard.clone();
         if self.x.is_none() {
             self.x = Some(take_exchange(&shard, self.li));
         }
         let x = self.x.as_mut().expect("just set");
+        let until = shard.driver.now() + LINGER;
         let mut drained = 0usize;
         while drained < LINGER_BYTES {
+            // One deadline for the whole drain, not one per read: a client
+            // trickling bytes must not hold the connection.
+            let left = until.saturating_duration_since(shard.driver.now());
+            if left.is_zero() {
+                break;
+            }
+            self.client.set_read_timeout(Some(left));
             match self.client.read(&mut x.cbuf[..]).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => drained += n,
@@ -401,7 +408,12 @@ impl Drop for Conn {
     }
 }
 
-/// How long and how much a closing connection is drained (see `close_gracefully`).
+/// How long in all and how much a closing connection is drained (see
+/// `close_gracefully`). 500 ms is a few round trips even on a slow path, time
+/// for the request bytes already in flight when the answer left (what the
+/// drain is for), and short enough that a client trickling bytes holds a
+/// closing connection no longer than that, however it spaces them (nginx's
+/// `lingering_time` is likewise a total).
 const LINGER: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 1 << 20;
 
