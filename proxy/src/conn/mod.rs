@@ -17,7 +17,8 @@
 //! (more than the pool holds are freed). Buffers are mapped pages
 //! ([`crate::io::Buf`]), resident only as far as bytes were written into
 //! them, so a small request costs a page or two whatever the configured
-//! sizes.
+//! sizes. A request state that cannot be made (a mapping failed) refuses
+//! that one connection with a 503 (`zgix_request_state_refused_total`).
 
 mod admit;
 mod body;
@@ -101,15 +102,25 @@ pub struct Exchange {
     walk_li: usize,
 }
 
+/// A request state's buffer, or why its memory could not be mapped.
+///
+/// `Buf::new` panics when the mapping fails; once the driver has
+/// `Buf::try_new(len) -> io::Result<Buf>`, this becomes `Buf::try_new(len)`
+/// and a failed mapping refuses one connection instead.
+fn state_buf(len: usize) -> std::io::Result<Buf> {
+    Ok(Buf::new(len))
+}
+
 impl Exchange {
-    fn new(shard: &Shard, li: usize) -> Box<Exchange> {
+    /// A new request state, or the error of a buffer that could not be made.
+    fn new(shard: &Shard, li: usize) -> std::io::Result<Box<Exchange>> {
         let rt = &shard.rt;
-        Box::new(Exchange {
-            cbuf: Buf::new(rt.client_buffer_bytes()),
+        Ok(Box::new(Exchange {
+            cbuf: state_buf(rt.client_buffer_bytes())?,
             cstart: 0,
             cend: 0,
             scan: HeadScan::default(),
-            ubuf: Buf::new(rt.upstream_buffer_bytes()),
+            ubuf: state_buf(rt.upstream_buffer_bytes())?,
             ustart: 0,
             uend: 0,
             out: Vec::with_capacity(rt.out_buffer_bytes()),
@@ -132,7 +143,7 @@ impl Exchange {
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
             walk_li: li,
-        })
+        }))
     }
 
     /// Unhandled client bytes (a pipelined request) are left.
@@ -141,8 +152,9 @@ impl Exchange {
     }
 }
 
-/// Takes a request state from the shard's pool (or makes one).
-fn take_exchange(shard: &Shard, li: usize) -> Box<Exchange> {
+/// Takes a request state from the shard's pool (or makes one; that fails
+/// when its buffers cannot be mapped).
+fn take_exchange(shard: &Shard, li: usize) -> std::io::Result<Box<Exchange>> {
     let out = shard.exchanges_out.get() + 1;
     shard.exchanges_out.set(out);
     if out > shard.exchanges_peak.get() {
@@ -158,9 +170,11 @@ fn take_exchange(shard: &Shard, li: usize) -> Box<Exchange> {
                     .new_walk(shard.rt.config.limits.max_request_line);
                 x.walk_li = li;
             }
-            x
+            Ok(x)
         }
-        None => Exchange::new(shard, li),
+        None => Exchange::new(shard, li).inspect_err(|_| {
+            shard.exchanges_out.set(shard.exchanges_out.get() - 1);
+        }),
     }
 }
 
@@ -247,7 +261,8 @@ pub struct Conn {
     /// the connection ends (dropping the `Conn` releases it).
     conn_slot: Option<ConnGuard>,
     conn_checked: bool,
-    /// Whether any byte of the current response reached the client.
+    /// Whether any byte of the current final response reached the client
+    /// (a relayed 1xx does not count: a final answer may still follow it).
     sent: bool,
     /// The current request's state; `None` while idle.
     x: Option<Box<Exchange>>,
@@ -361,10 +376,10 @@ impl Conn {
     /// closes the connection (`close_gracefully`).
     async fn refuse(&mut self, status: u16, retry_after: Option<u64>) {
         let shard = self.shard.clone();
-        if self.x.is_none() {
-            self.x = Some(take_exchange(&shard, self.li));
+        if !self.hold_state().await {
+            return;
         }
-        let x = self.x.as_mut().expect("just set");
+        let x = self.x.as_mut().expect("just held");
         x.rec.status = status;
         write_refusal(&mut x.out, status, retry_after);
         shard.counters.response(self.li, status);
@@ -379,7 +394,11 @@ impl Conn {
         self.client.shutdown_write();
         let shard = self.shard.clone();
         if self.x.is_none() {
-            self.x = Some(take_exchange(&shard, self.li));
+            match take_exchange(&shard, self.li) {
+                Ok(x) => self.x = Some(x),
+                // No buffer to drain into: close at once.
+                Err(_) => return,
+            }
         }
         let x = self.x.as_mut().expect("just set");
         let until = shard.driver.now() + LINGER;
@@ -395,6 +414,36 @@ impl Conn {
             match self.client.read(&mut x.cbuf[..]).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => drained += n,
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Makes sure a request state is held. When none can be made (its
+    /// buffers could not be mapped) this one connection is answered 503 with
+    /// `connection: close`, counted (`zgix_request_state_refused_total`) and
+    /// `false` returned: the caller closes it, the shard goes on.
+    async fn hold_state(&mut self) -> bool {
+        if self.x.is_some() {
+            return true;
+        }
+        let shard = self.shard.clone();
+        match take_exchange(&shard, self.li) {
+            Ok(x) => {
+                self.x = Some(x);
+                true
+            }
+            Err(e) => {
+                crate::log_warn!("conn", "cannot make a request state ({e}): answering 503");
+                shard.counters.engine.request_state_refused.inc();
+                let mut out = Vec::new();
+                write_refusal(&mut out, 503, None);
+                shard.counters.response(self.li, 503);
+                self.sent = true;
+                let _ = self.client.write_all(&out).await;
+                self.client.shutdown_write();
+                false
             }
         }
     }

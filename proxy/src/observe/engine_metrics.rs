@@ -35,6 +35,9 @@ pub struct EngineCounters {
     /// Request states pooled and in use (copied by the shard tick).
     pub exchanges_pooled: AtomicU64,
     pub exchanges_out: AtomicU64,
+    /// Request states that could not be made (a buffer could not be
+    /// mapped): each refused one connection with a 503.
+    pub request_state_refused: Counter,
     /// The shard thread's live heap bytes (counting allocator).
     pub heap_live_bytes: AtomicU64,
 }
@@ -167,6 +170,12 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_exchanges_in_use",
         "Request states held by requests in progress.",
         sum(&|s| s.exchanges_out.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_request_state_refused_total",
+        "Request states that could not be made (a buffer could not be mapped): each connection was answered 503 and closed.",
+        sum(&|s| s.request_state_refused.get()),
     );
     gauge(
         o,
