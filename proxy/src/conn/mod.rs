@@ -377,6 +377,7 @@ impl Conn {
     async fn refuse(&mut self, status: u16, retry_after: Option<u64>) {
         let shard = self.shard.clone();
         if !self.hold_state().await {
+            // Answered 503 instead: no state to write `status` from.
             return;
         }
         let x = self.x.as_mut().expect("just held");
@@ -396,25 +397,31 @@ impl Conn {
         if self.x.is_none() {
             match take_exchange(&shard, self.li) {
                 Ok(x) => self.x = Some(x),
-                // No buffer to drain into: close at once.
-                Err(_) => return,
+                // No request state: drain into a small buffer of its own.
+                Err(_) => return linger(&self.client, &shard, &mut vec![0; 4096]).await,
             }
         }
         let x = self.x.as_mut().expect("just set");
-        let until = shard.driver.now() + LINGER;
-        let mut drained = 0usize;
-        while drained < LINGER_BYTES {
-            // One deadline for the whole drain, not one per read: a client
-            // trickling bytes must not hold the connection.
-            let left = until.saturating_duration_since(shard.driver.now());
-            if left.is_zero() {
-                break;
-            }
-            self.client.set_read_timeout(Some(left));
-            match self.client.read(&mut x.cbuf[..]).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
+        linger(&self.client, &shard, &mut x.cbuf[..]).await;
+    }
+}
+
+/// Drains what the client still sends into `buf` until it closes, for at
+/// most [`LINGER`] in all and [`LINGER_BYTES`].
+async fn linger(client: &Sock, shard: &Shard, buf: &mut [u8]) {
+    let until = shard.driver.now() + LINGER;
+    let mut drained = 0usize;
+    while drained < LINGER_BYTES {
+        // One deadline for the whole drain, not one per read: a client
+        // trickling bytes must not hold the connection.
+        let left = until.saturating_duration_since(shard.driver.now());
+        if left.is_zero() {
+            break;
+        }
+        client.set_read_timeout(Some(left));
+        match client.read(buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
         }
     }
 }
@@ -442,7 +449,10 @@ impl Conn {
                 shard.counters.response(self.li, 503);
                 self.sent = true;
                 let _ = self.client.write_all(&out).await;
+                // The caller closes without `close_gracefully`, which would
+                // try again: drain here so unread bytes do not reset the 503.
                 self.client.shutdown_write();
+                linger(&self.client, &shard, &mut vec![0; 4096]).await;
                 false
             }
         }
