@@ -15,72 +15,8 @@ use std::sync::Mutex;
 
 use hdrhistogram::Histogram;
 
-/// A single-writer counter: the owning shard increments, anyone may read.
-#[derive(Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    #[inline]
-    pub fn inc(&self) {
-        self.add(1);
-    }
-    #[inline]
-    pub fn add(&self, n: u64) {
-        // Single writer: load + store avoids a locked instruction.
-        self.0.store(
-            self.0.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
-    }
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// Why an upstream exchange failed; each kind has its own counter.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum UpstreamError {
-    ConnectRefused,
-    ConnectTimeout,
-    ConnectOther,
-    Reset,
-    HeaderTimeout,
-    IdleTimeout,
-    BadResponse,
-}
-
-impl UpstreamError {
-    /// The connection could not be made: nothing of the request was sent.
-    pub fn is_connect(self) -> bool {
-        matches!(
-            self,
-            UpstreamError::ConnectRefused
-                | UpstreamError::ConnectTimeout
-                | UpstreamError::ConnectOther
-        )
-    }
-
-    pub const ALL: [UpstreamError; 7] = [
-        UpstreamError::ConnectRefused,
-        UpstreamError::ConnectTimeout,
-        UpstreamError::ConnectOther,
-        UpstreamError::Reset,
-        UpstreamError::HeaderTimeout,
-        UpstreamError::IdleTimeout,
-        UpstreamError::BadResponse,
-    ];
-    pub fn label(self) -> &'static str {
-        match self {
-            UpstreamError::ConnectRefused => "connect_refused",
-            UpstreamError::ConnectTimeout => "connect_timeout",
-            UpstreamError::ConnectOther => "connect_error",
-            UpstreamError::Reset => "reset",
-            UpstreamError::HeaderTimeout => "header_timeout",
-            UpstreamError::IdleTimeout => "idle_timeout",
-            UpstreamError::BadResponse => "bad_response",
-        }
-    }
-}
+use crate::observe::counter::Counter;
+use crate::observe::decision::UpstreamError;
 
 /// Why a connection was refused before any request was read.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -195,8 +131,8 @@ pub struct ListenerCounters {
     pub open: Gauge,
     /// By [`Admission`] index.
     pub admission: [Counter; Admission::ALL.len()],
-    /// Request duration by [`crate::decision::Decision::class`].
-    pub duration: [Histo; crate::decision::CLASS_LABELS.len()],
+    /// Request duration by [`crate::observe::decision::Decision::class`].
+    pub duration: [Histo; crate::observe::decision::CLASS_LABELS.len()],
 }
 
 impl Default for ListenerCounters {
@@ -241,7 +177,7 @@ pub struct ShardCounters {
     pub listeners: Box<[ListenerCounters]>,
     pub clusters: Box<[ClusterCounters]>,
     /// Driver, accept and tunnel counters.
-    pub engine: crate::engine_metrics::EngineCounters,
+    pub engine: crate::observe::engine_metrics::EngineCounters,
 }
 
 impl ShardCounters {
@@ -290,7 +226,12 @@ impl ShardCounters {
     }
     /// A request finished (response written, refusal included) after `us`.
     #[inline]
-    pub fn request_done(&self, listener: usize, decision: crate::decision::Decision, us: u64) {
+    pub fn request_done(
+        &self,
+        listener: usize,
+        decision: crate::observe::decision::Decision,
+        us: u64,
+    ) {
         self.listeners[listener].duration[decision.class()].record(us);
     }
     /// An upstream answered its response head `us` after the request was sent.

@@ -1,7 +1,7 @@
 //! Tests for the counters and their rendering.
 
 use super::*;
-use crate::decision::Decision;
+use crate::observe::decision::Decision;
 
 fn gauges() -> TableGauges {
     TableGauges {
@@ -143,7 +143,7 @@ fn series_are_labelled_by_name_and_summed_over_shards() {
     assert_eq!(v(&build), 1.0);
     assert!(!render::REVISION.is_empty());
     let start = v("process_start_time_seconds");
-    let now = crate::clock::unix_ms() as f64 / 1000.0;
+    let now = crate::observe::clock::unix_ms() as f64 / 1000.0;
     assert!(start <= now && start > now - 60.0, "{start} vs {now}");
 }
 

@@ -2,8 +2,6 @@
 
 use zgix_parser::ParseError;
 
-use crate::metrics::UpstreamError;
-
 /// Why a request got the status it got.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -95,6 +93,51 @@ pub fn write_decision(out: &mut Vec<u8>, d: Decision, filter_name: Option<&str>)
             out.extend_from_slice(parse_error_token(e).as_bytes());
         }
         other => out.extend_from_slice(CLASS_LABELS[other.class()].as_bytes()),
+    }
+}
+
+/// Why an upstream exchange failed; each kind has its own counter.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamError {
+    ConnectRefused,
+    ConnectTimeout,
+    ConnectOther,
+    Reset,
+    HeaderTimeout,
+    IdleTimeout,
+    BadResponse,
+}
+
+impl UpstreamError {
+    /// The connection could not be made: nothing of the request was sent.
+    pub fn is_connect(self) -> bool {
+        matches!(
+            self,
+            UpstreamError::ConnectRefused
+                | UpstreamError::ConnectTimeout
+                | UpstreamError::ConnectOther
+        )
+    }
+
+    pub const ALL: [UpstreamError; 7] = [
+        UpstreamError::ConnectRefused,
+        UpstreamError::ConnectTimeout,
+        UpstreamError::ConnectOther,
+        UpstreamError::Reset,
+        UpstreamError::HeaderTimeout,
+        UpstreamError::IdleTimeout,
+        UpstreamError::BadResponse,
+    ];
+    pub fn label(self) -> &'static str {
+        match self {
+            UpstreamError::ConnectRefused => "connect_refused",
+            UpstreamError::ConnectTimeout => "connect_timeout",
+            UpstreamError::ConnectOther => "connect_error",
+            UpstreamError::Reset => "reset",
+            UpstreamError::HeaderTimeout => "header_timeout",
+            UpstreamError::IdleTimeout => "idle_timeout",
+            UpstreamError::BadResponse => "bad_response",
+        }
     }
 }
 

@@ -116,7 +116,7 @@ fn server_header() -> Option<&'static [u8]> {
 pub fn write_stamp(out: &mut Vec<u8>, skip_date: bool, skip_server: bool) {
     if !skip_date {
         out.extend_from_slice(b"date: ");
-        out.extend_from_slice(&crate::clock::shard_date());
+        out.extend_from_slice(&crate::observe::clock::shard_date());
         out.extend_from_slice(b"\r\n");
     }
     if let (false, Some(s)) = (skip_server, server_header()) {

@@ -19,22 +19,22 @@ use std::time::{Duration, Instant};
 use zgix_config::Active;
 
 use crate::io::{Driver, Sock};
-use crate::runtime::Runtime;
+use crate::upstream::cluster::Upstreams;
 
 /// Bytes read for the status line: `HTTP/1.1 200` plus the separator.
 const STATUS_LINE_PREFIX: usize = 13;
 
 /// Probes every actively checked endpoint until the runtime drains. Runs on
 /// the shard's `driver` (its sockets and timers), like everything of a shard.
-pub async fn run_prober(rt: Arc<Runtime>, driver: Rc<Driver>) {
+pub async fn run_prober(up: Arc<Upstreams>, driver: Rc<Driver>) {
     let mut tasks = Vec::new();
-    for c in &rt.clusters {
+    for c in &up.clusters {
         let Some(active) = &c.active else { continue };
         let n = c.endpoints.len() as u32;
         let interval = Duration::from_millis(active.interval_ms);
         for (i, &ep) in c.endpoints.iter().enumerate() {
             let stagger = interval * i as u32 / n.max(1);
-            let task = probe_loop(rt.clone(), driver.clone(), ep, active.clone(), stagger);
+            let task = probe_loop(up.clone(), driver.clone(), ep, active.clone(), stagger);
             tasks.push(glommio::spawn_local(task));
         }
     }
@@ -44,14 +44,14 @@ pub async fn run_prober(rt: Arc<Runtime>, driver: Rc<Driver>) {
 }
 
 async fn probe_loop(
-    rt: Arc<Runtime>,
+    up: Arc<Upstreams>,
     driver: Rc<Driver>,
     ep: usize,
     active: Active,
     stagger: Duration,
 ) {
-    let u = &rt.upstreams[ep];
-    let cluster = &rt.clusters[u.cluster].name;
+    let u = &up.upstreams[ep];
+    let cluster = &up.clusters[u.cluster].name;
     let host = active.host.as_deref().unwrap_or(&u.label);
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: zgix-health-check\r\nConnection: close\r\n\r\n",
@@ -61,7 +61,7 @@ async fn probe_loop(
     let timeout = Duration::from_millis(active.timeout_ms);
     let (mut good, mut bad) = (0u32, 0u32);
     driver.sleep(stagger).await;
-    while !rt.draining.load(Relaxed) {
+    while !up.draining.load(Relaxed) {
         let started = Instant::now();
         let verdict = match u.addr.get() {
             None => Err("the name has not resolved".to_string()),
@@ -161,7 +161,7 @@ fn parse_status(b: &[u8]) -> Result<u16, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Avail;
+    use crate::upstream::health::Avail;
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicU16, AtomicUsize};
@@ -224,7 +224,7 @@ mod tests {
         f: impl FnOnce(Rc<Driver>) -> F + Send + 'static,
     ) {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(crate::shard::IO_MEMORY)
+            .io_memory(crate::process::shard::IO_MEMORY)
             .spawn(move || async move {
                 let d = Driver::new(&crate::io::Options::new(crate::io::Kind::Epoll)).unwrap();
                 let t = glommio::spawn_local(d.clone().run());
@@ -256,7 +256,7 @@ mod tests {
                   "healthy": 2, "unhealthy": 3, "expect_status": [200, 204]}}}}}}}}}}"#,
             o.addr
         );
-        let rt = Arc::new(Runtime::new(Config::from_json(&text).unwrap(), 1));
+        let rt = Arc::new(Upstreams::build(&Config::from_json(&text).unwrap(), 1));
         on_executor(move |d| async move {
             let prober = glommio::spawn_local(run_prober(rt.clone(), d.clone()));
             let h = &rt.upstreams[0].health;

@@ -1,4 +1,4 @@
-//! A shard: one pinned glommio executor owning its listeners, connections, upstream pool and counters.
+//! A shard's executor: one pinned glommio executor per CPU, binding its listeners, running their accept loops, switching generations and publishing its counters each tick; the state its connections run on is `conn::shard::Shard`.
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
 use glommio::sync::{Gate, Semaphore};
-use zgix_parser::{RequestParser, ResponseParser};
 
-use crate::generation::{Command, ListenerFd, Mailbox, Update};
+use crate::conn::shard::Shard;
 use crate::io::{Driver, Listener};
-use crate::metrics::ShardCounters;
-use crate::pool::Pool;
+use crate::observe::engine_metrics::EngineCounters;
+use crate::process::generation::{Command, ListenerFd, Mailbox, Update};
 use crate::runtime::Runtime;
 
 /// Locked memory each shard's executor asks for (glommio's registered buffer
@@ -26,127 +25,9 @@ pub const IO_MEMORY: usize = 256 << 10;
 /// How often a shard publishes its engine counters and sweeps its pools.
 const TICK: Duration = Duration::from_millis(100);
 
-/// Everything one shard owns. Shared by its tasks through `Rc`: never sent to
-/// another thread.
-pub struct Shard {
-    pub id: usize,
-    pub rt: Arc<Runtime>,
-    pub counters: Arc<ShardCounters>,
-    pub pool: Pool,
-    /// Endpoint choice per cluster (weights, least_conn, rendezvous).
-    pub balancer: crate::lb::Balancer,
-    /// This shard's per-endpoint counters.
-    pub up: Arc<crate::upstream_metrics::ShardUpstream>,
-    /// Resolver generations seen, so moved endpoints' pooled connections go.
-    pub seen: crate::resolve::SeenGenerations,
-    /// This shard's access-log ring, when the access log is on.
-    pub access_log: Option<crate::access_log::ShardLog>,
-    /// Set once the shard drains (shared by its generations).
-    pub draining: Rc<Cell<bool>>,
-    /// Never holds permits: closing it wakes every task waiting on it (the
-    /// drain closes every generation's).
-    pub shutdown: Semaphore,
-    /// Every connection task of every generation passes through it, so a
-    /// drain can wait for them.
-    pub gate: Rc<Gate>,
-    pub req_parser: RequestParser,
-    pub resp_parser: ResponseParser,
-    /// The socket driver every client, upstream and listening socket of
-    /// this shard (and every timer) runs on.
-    pub driver: Rc<Driver>,
-    /// Client connections open on this shard, and its share of
-    /// `limits.max_connections`.
-    pub open_connections: Rc<Cell<usize>>,
-    pub max_connections: usize,
-    /// The most connections open since the last memory trim (all generations).
-    pub connections_high: Rc<Cell<usize>>,
-    /// Accept loops paused at the cap wait here for a connection to close.
-    pub capacity_waiters: Rc<RefCell<Vec<std::task::Waker>>>,
-    /// Request states kept for reuse (see `conn::Exchange`), how many are
-    /// out now, and the most out at once since the last tick trimmed the pool.
-    pub exchanges: RefCell<Vec<Box<crate::conn::Exchange>>>,
-    pub exchanges_out: Cell<usize>,
-    pub exchanges_peak: Cell<usize>,
-    /// Blocks the request-handling futures run in (see `conn::slab`).
-    pub request_futures: crate::conn::slab::FutureSlab,
-    /// Requests being handled on this shard, all generations (see
-    /// [`Shard::request_started`]); what a drain cut at its deadline.
-    pub in_flight: Rc<Cell<usize>>,
-    /// The configuration generation this shard state belongs to (1 at start).
-    pub generation: u64,
-    /// The next generation, once a reload made one (see [`crate::generation`]).
-    pub successor: RefCell<Option<Rc<Shard>>>,
-}
-
 /// What a shard reports once it accepts on its first generation's sockets
 /// (or why it cannot).
 pub type BindReport = Result<(), String>;
-
-impl Shard {
-    /// A shard state for `rt`; `prev` is the generation it follows, whose
-    /// connection count, gate, drain flag and in-flight count it shares.
-    pub fn new(
-        id: usize,
-        rt: Arc<Runtime>,
-        driver: Rc<Driver>,
-        prev: Option<&Shard>,
-        generation: u64,
-    ) -> Shard {
-        let l = &rt.config.limits;
-        let shards = rt.metrics.shards.len();
-        Shard {
-            id,
-            counters: rt.metrics.shards[id].clone(),
-            pool: Pool::new(
-                rt.endpoints.len(),
-                l.upstream_pool_idle_per_endpoint,
-                rt.timeouts.upstream_pool_idle,
-            ),
-            balancer: crate::lb::Balancer::new(&rt, id),
-            up: rt.upstream_stats.shards[id].clone(),
-            seen: crate::resolve::SeenGenerations::new(&rt),
-            access_log: rt
-                .access_log
-                .as_ref()
-                .map(|a| a.shard(id, rt.metrics.shards[id].clone(), l.max_request_line)),
-            draining: prev.map_or_else(Default::default, |p| p.draining.clone()),
-            shutdown: Semaphore::new(0),
-            gate: prev.map_or_else(|| Rc::new(Gate::new()), |p| p.gate.clone()),
-            req_parser: RequestParser::new(rt.request_limits),
-            resp_parser: ResponseParser::new(
-                l.max_response_header_bytes,
-                rt.response_max_headers(),
-            ),
-            driver,
-            open_connections: prev.map_or_else(Default::default, |p| p.open_connections.clone()),
-            max_connections: rt.max_connections.div_ceil(shards.max(1)).max(1),
-            connections_high: prev.map_or_else(Default::default, |p| p.connections_high.clone()),
-            capacity_waiters: prev.map_or_else(Default::default, |p| p.capacity_waiters.clone()),
-            exchanges: RefCell::new(Vec::with_capacity(rt.config.io.idle_exchanges)),
-            exchanges_out: Cell::new(0),
-            exchanges_peak: Cell::new(0),
-            request_futures: Default::default(),
-            in_flight: prev.map_or_else(Default::default, |p| p.in_flight.clone()),
-            generation,
-            successor: RefCell::new(None),
-            rt,
-        }
-    }
-
-    /// A request started (its head is parsed): counted until the guard drops.
-    pub fn request_started(&self) -> InFlight<'_> {
-        self.in_flight.set(self.in_flight.get() + 1);
-        InFlight(&self.in_flight)
-    }
-
-    /// A connection closed: wake an accept loop paused at the cap.
-    pub fn connection_closed(&self) {
-        self.open_connections.set(self.open_connections.get() - 1);
-        for w in self.capacity_waiters.borrow_mut().drain(..) {
-            w.wake();
-        }
-    }
-}
 
 /// The driver options a shard runs with, from the config.
 pub fn driver_options(rt: &Runtime, shards: usize) -> crate::io::Options {
@@ -164,15 +45,6 @@ pub fn driver_options(rt: &Runtime, shards: usize) -> crate::io::Options {
     // each have a completion waiting, plus the accepts.
     o.cq_entries = (per_shard.saturating_mul(2)).clamp(1024, 1 << 16) as u32;
     o
-}
-
-/// An [`InFlight`] guard: one request being handled (see [`Shard::request_started`]).
-pub struct InFlight<'a>(&'a Cell<usize>);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
 }
 
 /// What a shard thread holds across its generations.
@@ -236,7 +108,7 @@ impl Local {
         *self.current.borrow_mut() = next.clone();
         up.rt.metrics.shards[self.id]
             .engine
-            .set_driver(self.driver.kind());
+            .set_driver(self.driver.kind().as_str());
         spawn_prober(&next);
         let listeners = self.serve_listeners(&next, up.listeners);
         let admin = self.serve_admin(&next, up.admin);
@@ -299,7 +171,7 @@ impl Local {
             Some(shard),
             shard.generation,
         ));
-        glommio::spawn_local(crate::admin::serve(admin.clone(), listener)).detach();
+        glommio::spawn_local(crate::process::admin::serve(admin.clone(), listener)).detach();
         *self.admin.borrow_mut() = Some(admin);
         Ok(())
     }
@@ -363,7 +235,9 @@ pub async fn run(
             return;
         }
     };
-    rt.metrics.shards[id].engine.set_driver(driver.kind());
+    rt.metrics.shards[id]
+        .engine
+        .set_driver(driver.kind().as_str());
     mailbox.set_notifier(driver.notifier());
     let shard = Rc::new(Shard::new(id, rt, driver.clone(), None, first.generation));
     let driver_task = glommio::spawn_local(driver.clone().run());
@@ -402,7 +276,7 @@ pub async fn run(
             .await
             .is_some();
         if !finished {
-            let l = &crate::lifecycle::LIFECYCLE;
+            let l = &crate::process::lifecycle::LIFECYCLE;
             l.cut_requests
                 .fetch_add(cur.in_flight.get() as u64, Ordering::AcqRel);
             l.cut_connections
@@ -419,8 +293,12 @@ pub async fn run(
 /// that runtime is retired by a reload or drains.
 fn spawn_prober(shard: &Shard) {
     let rt = &shard.rt;
-    if shard.id == 0 && rt.clusters.iter().any(|c| c.active.is_some()) {
-        glommio::spawn_local(crate::health::run_prober(rt.clone(), shard.driver.clone())).detach();
+    if shard.id == 0 && rt.up.clusters.iter().any(|c| c.active.is_some()) {
+        glommio::spawn_local(crate::upstream::health::run_prober(
+            rt.up.clone(),
+            shard.driver.clone(),
+        ))
+        .detach();
     }
 }
 
@@ -564,27 +442,42 @@ async fn tick(local: Rc<Local>) {
     loop {
         local.driver.sleep(TICK).await;
         let shard = local.current();
-        shard
-            .counters
-            .heap_allocations
-            .store(crate::alloc::thread_allocations(), Ordering::Relaxed);
-        shard.counters.engine.publish(&shard.driver);
+        shard.counters.heap_allocations.store(
+            crate::observe::alloc::thread_allocations(),
+            Ordering::Relaxed,
+        );
+        publish_driver(&shard.counters.engine, &shard.driver);
         let e = &shard.counters.engine;
         e.exchanges_pooled
             .store(shard.exchanges.borrow().len() as u64, Ordering::Relaxed);
         e.exchanges_out
             .store(shard.exchanges_out.get() as u64, Ordering::Relaxed);
         e.heap_live_bytes.store(
-            crate::alloc::thread_live_bytes().max(0) as u64,
+            crate::observe::alloc::thread_live_bytes().max(0) as u64,
             Ordering::Relaxed,
         );
         n += 1;
         if n.is_multiple_of(10) {
             for g in local.live_gens() {
                 g.pool.sweep(Instant::now());
-                g.seen.changed(&g.rt, |ep| g.pool.retire(ep));
+                g.seen.changed(&g.rt.up, |ep| g.pool.retire(ep));
                 crate::conn::trim_memory(&g);
             }
         }
     }
+}
+
+/// Copies the driver's counters into the shard's engine counters (the tick).
+fn publish_driver(e: &EngineCounters, d: &Driver) {
+    let s = &d.stats;
+    e.driver_enters.store(s.enters.get(), Ordering::Relaxed);
+    e.recv_rearm_nobufs
+        .store(s.recv_rearm_nobufs.get(), Ordering::Relaxed);
+    e.recv_paused.store(s.recv_paused.get(), Ordering::Relaxed);
+    e.cq_overflows
+        .store(s.cq_overflows.get(), Ordering::Relaxed);
+    e.sends_waited
+        .store(s.sends_waited.get(), Ordering::Relaxed);
+    e.buffers_held
+        .store(d.buffers_held() as u64, Ordering::Relaxed);
 }

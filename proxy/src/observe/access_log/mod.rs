@@ -27,13 +27,25 @@ use zgix_parser::Version;
 pub use format::{write_line, ESCAPE_GROWTH, LINE_OVERHEAD};
 pub use ring::Ring;
 
-use crate::clock::SecondCache;
-use crate::decision::Decision;
-use crate::metrics::ShardCounters;
-use crate::runtime::Runtime;
+use crate::observe::clock::SecondCache;
+use crate::observe::decision::Decision;
+use crate::observe::metrics::ShardCounters;
 
 /// Longest a line waits in a ring when traffic is light.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+/// What a line names by index, answered by the runtime above: the access
+/// log knows listeners, filter rules and endpoints only by their indices.
+pub trait Names {
+    /// Whether `listener`'s requests are logged (`listeners[].access_log`).
+    fn logs(&self, listener: usize) -> bool;
+    /// The `listener` field: the listener's name.
+    fn listener_name(&self, listener: usize) -> Option<&str>;
+    /// The name of request filter rule `rule` of `listener`, if it has one.
+    fn filter_name(&self, listener: usize, rule: u16) -> Option<&str>;
+    /// The `upstream` field: endpoint slot `ep`'s address.
+    fn endpoint(&self, ep: usize) -> Option<SocketAddr>;
+}
 
 /// A request's log fields other than its text, filled along the request path.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -69,7 +81,7 @@ impl Record {
     /// start of its life: the request path overwrites the rest as it learns it.
     pub fn new(listener: usize, client: IpAddr, peer: SocketAddr) -> Record {
         Record {
-            start_unix_ms: crate::clock::unix_ms(),
+            start_unix_ms: crate::observe::clock::unix_ms(),
             client,
             peer,
             listener,
@@ -273,13 +285,13 @@ impl ShardLog {
     /// Whether `listener` logs at all (`listeners[].access_log`); the request
     /// path may skip filling a record when it does not.
     #[inline]
-    pub fn wants(&self, rt: &Runtime, listener: usize) -> bool {
-        rt.listeners.get(listener).is_some_and(|l| l.access_log)
+    pub fn wants(&self, rt: &dyn Names, listener: usize) -> bool {
+        rt.logs(listener)
     }
 
     /// Formats and queues one line; drops and counts it when the ring is
     /// full. Allocation-free: the line buffer is sized for the longest line.
-    pub fn emit(&self, rt: &Runtime, r: &Record, t: &Target<'_>) {
+    pub fn emit(&self, rt: &dyn Names, r: &Record, t: &Target<'_>) {
         if !self.wants(rt, r.listener) {
             return;
         }

@@ -7,7 +7,7 @@ use super::{
     new_latency_histogram, Admission, ConnRefusal, Histo, Metrics, ShardCounters, TableGauges,
     UpstreamError, BUCKETS_US, STATUS_CODES,
 };
-use crate::decision::CLASS_LABELS;
+use crate::observe::decision::CLASS_LABELS;
 
 /// Reads one counter of a shard.
 type CounterOf = fn(&ShardCounters) -> u64;
@@ -108,10 +108,19 @@ impl Metrics {
     pub fn render(&self, names: &Labels<'_>, tables: &TableGauges) -> String {
         let mut o = String::with_capacity(32 << 10);
         let o = &mut o;
-        let counter = |o: &mut String, name: &str, help: &str, v: u64| {
-            family(o, name, "counter", help);
-            let _ = writeln!(o, "{name} {v}");
-        };
+        self.render_admission(o, names);
+        crate::observe::engine_metrics::render(o, self.shards.iter().map(|s| &s.engine));
+
+        self.render_clients(o, names);
+        self.render_upstream_errors(o, names);
+        self.render_tables(o, tables);
+        self.render_durations(o, names);
+        self.render_process(o);
+        std::mem::take(o)
+    }
+
+    /// The admission counters, summed and by listener, and upstream connects.
+    fn render_admission(&self, o: &mut String, names: &Labels<'_>) {
         // The admission counters keep the exact names of the specification,
         // summed over listeners. promtool insists a `counter` ends in
         // `_total`, so each is exposed twice: under its exact name as
@@ -173,8 +182,11 @@ impl Metrics {
             "Upstream connections opened.",
             self.sum(|s| s.upstream_connects.get()),
         );
-        crate::engine_metrics::render(o, self.shards.iter().map(|s| &s.engine));
+    }
 
+    /// Responses by status, client connections (accepted, open, refused,
+    /// active) and heap allocations per shard.
+    fn render_clients(&self, o: &mut String, names: &Labels<'_>) {
         family(
             o,
             "zgix_http_responses_total",
@@ -261,6 +273,10 @@ impl Metrics {
                 s.heap_allocations.load(Ordering::Relaxed)
             );
         }
+    }
+
+    /// Upstream failures by kind, and by cluster and kind.
+    fn render_upstream_errors(&self, o: &mut String, names: &Labels<'_>) {
         family(
             o,
             "zgix_upstream_errors_total",
@@ -292,6 +308,10 @@ impl Metrics {
                 );
             }
         }
+    }
+
+    /// Admission table slots and the access log's line counters.
+    fn render_tables(&self, o: &mut String, tables: &TableGauges) {
         family(
             o,
             "zgix_table_slots_in_use",
@@ -326,7 +346,10 @@ impl Metrics {
             "Access-log lines dropped because the shard's buffer was full.",
             self.sum(|s| s.access_log_dropped.get()),
         );
+    }
 
+    /// The request and upstream duration histograms.
+    fn render_durations(&self, o: &mut String, names: &Labels<'_>) {
         family(
             o,
             "zgix_request_duration_seconds",
@@ -363,6 +386,10 @@ impl Metrics {
                 &format!("cluster=\"{}\"", Esc(name)),
             );
         }
+    }
+
+    /// Build and process identity.
+    fn render_process(&self, o: &mut String) {
         family(
             o,
             "zgix_build_info",
@@ -382,6 +409,11 @@ impl Metrics {
             "Start time of the process since the Unix epoch, in seconds.",
         );
         let _ = writeln!(o, "process_start_time_seconds {:.3}", self.start_time);
-        std::mem::take(o)
     }
+}
+
+/// One unlabelled counter family.
+fn counter(o: &mut String, name: &str, help: &str, v: u64) {
+    family(o, name, "counter", help);
+    let _ = writeln!(o, "{name} {v}");
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use zgix_config::Config;
 
-use crate::log::Level;
+use crate::observe::log::Level;
 
 const USAGE: &str = "\
 zgix — thread-per-core io_uring HTTP/1.1 edge proxy
@@ -135,18 +135,19 @@ pub fn main() -> i32 {
             }
         },
         Mode::Run(path, level, upgrade) => {
-            crate::log::init(level);
-            let error =
-                |args: std::fmt::Arguments<'_>| crate::log::log(Level::Error, "config", args);
+            crate::observe::log::init(level);
+            let error = |args: std::fmt::Arguments<'_>| {
+                crate::observe::log::log(Level::Error, "config", args)
+            };
             match Config::from_file(&path) {
-                Ok(config) => match crate::server::run(crate::server::Start {
+                Ok(config) => match crate::process::server::run(crate::process::server::Start {
                     config,
                     path,
                     upgrade,
                 }) {
                     Ok(status) => status,
                     Err(e) => {
-                        crate::log::log(Level::Error, "server", format_args!("{e}"));
+                        crate::observe::log::log(Level::Error, "server", format_args!("{e}"));
                         1
                     }
                 },

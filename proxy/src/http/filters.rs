@@ -387,9 +387,9 @@ impl FiltersRt {
         let _ = write!(
             out,
             "HTTP/1.1 {status} {}\r\n",
-            crate::respond::reason(status)
+            crate::http::respond::reason(status)
         );
-        crate::respond::write_stamp(out, own.0, own.1);
+        crate::http::respond::write_stamp(out, own.0, own.1);
         if let Some(l) = location {
             out.extend_from_slice(b"location: ");
             out.extend_from_slice(l);

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use glommio::{LocalExecutorBuilder, Placement};
 use zgix_config::Config;
 
-use crate::generation::{Command, ListenerFd, Mailbox, Update};
 use crate::instance::{self, Guards, Table};
-use crate::lifecycle::{sd_notify, EXIT_DRAIN_CUT, LIFECYCLE};
+use crate::process::generation::{Command, ListenerFd, Mailbox, Update};
+use crate::process::lifecycle::{sd_notify, EXIT_DRAIN_CUT, LIFECYCLE};
+use crate::process::shard::{self, BindReport, IO_MEMORY};
+use crate::process::signals::{self, Signal, Signals};
 use crate::runtime::Runtime;
-use crate::shard::{self, BindReport, IO_MEMORY};
-use crate::signals::{self, Signal, Signals};
 
 /// How long the main thread waits for every shard to take a new generation.
 const APPLY_WAIT: Duration = Duration::from_secs(5);
@@ -46,6 +46,27 @@ pub fn run(start: Start) -> Result<i32, String> {
         return Err("no CPU to run a shard on".into());
     }
     let signals = Signals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    let (mut server, mut handed) = load(start, cpus.len())?;
+    let rt = server.rt.clone();
+    let _resolver = crate::upstream::resolver::spawn_resolver(rt.up.clone());
+    let live = start_shards(&mut server, &cpus, handed.as_mut())?;
+    if let Some(mut h) = handed {
+        instance::confirm(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
+        // The guards we were handed are ours now: remove them at exit.
+        server.guards.own();
+        sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        sd_notify("READY=1");
+    }
+    server.publish_table();
+    let control = ControlThread::spawn(&server)?;
+    serve(&mut server, &signals, &control, &live, cpus.len())?;
+    Ok(drain(server, &signals, control, &live))
+}
+
+/// Start-up before any shard: takes the sockets over (`--upgrade`), claims
+/// the guards, builds the runtime and the access log, binds the listeners.
+fn load(start: Start, shards: usize) -> Result<(Server, Option<instance::Handed>), String> {
     let mut handed = if start.upgrade {
         let binds: Vec<SocketAddr> = start.config.listeners.iter().map(|l| l.bind).collect();
         let h = instance::take_over(&binds)?;
@@ -65,22 +86,21 @@ pub fn run(start: Start) -> Result<i32, String> {
     guards
         .claim(&guarded(&start.config))
         .map_err(|e| e.join("; "))?;
-    crate::respond::set_server_header(start.config.server_header());
-    let mut rt = Runtime::new(start.config, cpus.len());
+    crate::http::respond::set_server_header(start.config.server_header());
+    let mut rt = Runtime::new(start.config, shards);
     if let Some(cfg) = &rt.config.access_log {
-        rt.access_log = Some(Arc::new(crate::access_log::AccessLog::start(
-            cfg,
-            cpus.len(),
+        rt.access_log = Some(Arc::new(crate::observe::access_log::AccessLog::start(
+            cfg, shards,
         )?));
     }
     let rt = Arc::new(rt);
     let mut server = Server {
         path: start.path,
-        shards: cpus.len(),
+        shards,
         listeners: Vec::new(),
         admin: None,
         rt: rt.clone(),
-        mailboxes: (0..cpus.len()).map(|_| Arc::default()).collect(),
+        mailboxes: (0..shards).map(|_| Arc::default()).collect(),
         guards,
         table: Arc::default(),
         generation: 1,
@@ -91,8 +111,18 @@ pub fn run(start: Start) -> Result<i32, String> {
     let (listeners, admin) = server.bind(&rt, inherited)?;
     server.listeners = listeners;
     server.admin = admin;
-    let _resolver = crate::resolve::spawn_resolver(rt.clone());
-    if let Some(h) = handed.as_mut() {
+    Ok((server, handed))
+}
+
+/// Starts one shard per CPU, each on its first generation, and waits until
+/// each accepts; tells the old instance to stop first on `--upgrade`.
+fn start_shards(
+    server: &mut Server,
+    cpus: &[usize],
+    handed: Option<&mut instance::Handed>,
+) -> Result<Arc<AtomicUsize>, String> {
+    let rt = server.rt.clone();
+    if let Some(h) = handed {
         instance::stop_old(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
     }
     let live = Arc::new(AtomicUsize::new(0));
@@ -117,39 +147,60 @@ pub fn run(start: Start) -> Result<i32, String> {
         cpus.len(),
         rt.io_driver_name()
     );
-    if let Some(mut h) = handed {
-        instance::confirm(&mut h.conn).map_err(|e| format!("--upgrade: {e}"))?;
-        // The guards we were handed are ours now: remove them at exit.
-        server.guards.own();
-        sd_notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-    } else {
-        sd_notify("READY=1");
-    }
-    server.publish_table();
-    let stop_control = Arc::new(AtomicBool::new(false));
-    let handed_to = Arc::new(AtomicU32::new(0));
-    let resume = Arc::new(AtomicBool::new(false));
-    let mailboxes = server.mailboxes.clone();
-    let control = instance::spawn_control(instance::Control {
-        table: server.table.clone(),
-        stop: stop_control.clone(),
-        handed_to: handed_to.clone(),
-        stop_accepting: Box::new(move || {
-            let seqs: Vec<u64> = mailboxes
-                .iter()
-                .map(|m| m.post(Command::StopAccepting))
-                .collect();
-            let until = Instant::now() + APPLY_WAIT;
-            for (m, s) in mailboxes.iter().zip(seqs) {
-                m.wait(s, until);
-            }
-        }),
-        resume: resume.clone(),
-    })
-    .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    Ok(live)
+}
 
+/// The control channel's thread and what it reports back.
+struct ControlThread {
+    stop: Arc<AtomicBool>,
+    handed_to: Arc<AtomicU32>,
+    resume: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ControlThread {
+    /// Starts the thread that answers a new instance's `--upgrade`.
+    fn spawn(server: &Server) -> Result<ControlThread, String> {
+        let stop_control = Arc::new(AtomicBool::new(false));
+        let handed_to = Arc::new(AtomicU32::new(0));
+        let resume = Arc::new(AtomicBool::new(false));
+        let mailboxes = server.mailboxes.clone();
+        let thread = instance::spawn_control(instance::Control {
+            table: server.table.clone(),
+            stop: stop_control.clone(),
+            handed_to: handed_to.clone(),
+            stop_accepting: Box::new(move || {
+                let seqs: Vec<u64> = mailboxes
+                    .iter()
+                    .map(|m| m.post(Command::StopAccepting))
+                    .collect();
+                let until = Instant::now() + APPLY_WAIT;
+                for (m, s) in mailboxes.iter().zip(seqs) {
+                    m.wait(s, until);
+                }
+            }),
+            resume: resume.clone(),
+        })
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        Ok(ControlThread {
+            stop: stop_control,
+            handed_to,
+            resume,
+            thread,
+        })
+    }
+}
+
+/// Answers signals until a drain signal or a hand-off; `Err` if a shard stopped.
+fn serve(
+    server: &mut Server,
+    signals: &Signals,
+    control: &ControlThread,
+    live: &AtomicUsize,
+    shards: usize,
+) -> Result<(), String> {
     loop {
-        crate::log::flush_repeats();
+        crate::observe::log::flush_repeats();
         match signals.wait(Duration::from_millis(100)) {
             Some(Signal::Drain(sig)) => {
                 crate::log_info!(
@@ -158,21 +209,21 @@ pub fn run(start: Start) -> Result<i32, String> {
                     signals::name(sig),
                     server.rt.timeouts.drain.as_millis()
                 );
-                break;
+                return Ok(());
             }
             Some(Signal::Reload) => server.reload(),
             Some(Signal::ReopenLogs) => {
                 if let Some(log) = &server.rt.access_log {
                     log.reopen();
                 }
-                crate::lifecycle::reopen_logs();
+                crate::process::lifecycle::reopen_logs();
             }
             Some(Signal::Ignored(sig)) => {
                 crate::log_info!("server", "signal {}: ignored", signals::name(sig));
             }
             None => {}
         }
-        if resume.swap(false, Ordering::AcqRel) {
+        if control.resume.swap(false, Ordering::AcqRel) {
             // A hand-off failed after the shards stopped: accept again.
             server.generation += 1;
             server.post_each(|i| Command::Apply(server.update(i, &[])));
@@ -185,29 +236,34 @@ pub fn run(start: Start) -> Result<i32, String> {
                 server.generation
             );
         }
-        let pid = handed_to.load(Ordering::Acquire);
+        let pid = control.handed_to.load(Ordering::Acquire);
         if pid != 0 {
             crate::log_info!(
                 "server",
                 "pid {pid} accepts on the listening sockets now; draining (up to {} ms)",
                 server.rt.timeouts.drain.as_millis()
             );
-            break;
+            return Ok(());
         }
-        if live.load(Ordering::Acquire) < cpus.len() {
+        if live.load(Ordering::Acquire) < shards {
             return Err("a shard stopped unexpectedly".into());
         }
     }
-    stop_control.store(true, Ordering::Release);
-    let _ = control.join();
+}
+
+/// Stops the control thread, drains every shard within the drain timeout,
+/// stops the access log; the exit status.
+fn drain(mut server: Server, signals: &Signals, control: ControlThread, live: &AtomicUsize) -> i32 {
+    control.stop.store(true, Ordering::Release);
+    let _ = control.thread.join();
     // The guard names go with the sockets (or away): a new instance may start.
-    if handed_to.load(Ordering::Acquire) != 0 {
+    if control.handed_to.load(Ordering::Acquire) != 0 {
         server.guards.disown();
     }
     drop(std::mem::take(&mut server.guards));
     LIFECYCLE.draining.store(true, Ordering::Release);
     sd_notify("STOPPING=1");
-    server.rt.draining.store(true, Ordering::Release);
+    server.rt.up.draining.store(true, Ordering::Release);
     server.post_all(|| Command::Drain);
     // The shards stopped accepting: closing these closes the listening
     // sockets once each shard served what it had already accepted.
@@ -227,7 +283,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     if let Some(log) = &server.rt.access_log {
         log.stop();
     }
-    crate::log::flush_repeats();
+    crate::observe::log::flush_repeats();
     let requests = LIFECYCLE.cut_requests.load(Ordering::Acquire);
     let conns = LIFECYCLE.cut_connections.load(Ordering::Acquire);
     if forced || live.load(Ordering::Acquire) > 0 || conns > 0 || requests > 0 {
@@ -235,10 +291,10 @@ pub fn run(start: Start) -> Result<i32, String> {
             "server", "drain deadline passed: cut {conns} connection(s), {requests} request(s) in flight; exit status {EXIT_DRAIN_CUT}"
         );
         crate::log_info!("server", "stopped");
-        return Ok(EXIT_DRAIN_CUT);
+        return EXIT_DRAIN_CUT;
     }
     crate::log_info!("server", "stopped");
-    Ok(0)
+    0
 }
 
 /// The addresses guarded against a second instance, with their config paths.
@@ -476,7 +532,7 @@ impl Server {
             rt.access_log = self.rt.access_log.clone();
         } else {
             if let Some(cfg) = &rt.config.access_log {
-                match crate::access_log::AccessLog::start(cfg, self.shards) {
+                match crate::observe::access_log::AccessLog::start(cfg, self.shards) {
                     Ok(log) => rt.access_log = Some(Arc::new(log)),
                     Err(e) => {
                         crate::log_error!("server", "reload: {e}");
@@ -513,8 +569,8 @@ impl Server {
         let all = self.post_each(|i| Command::Apply(self.update(i, &kept)));
         // The old runtime's resolver (and prober) stop; connections still on
         // it finish with the addresses they have.
-        old_rt.draining.store(true, Ordering::Release);
-        let _resolver = crate::resolve::spawn_resolver(self.rt.clone());
+        old_rt.up.draining.store(true, Ordering::Release);
+        let _resolver = crate::upstream::resolver::spawn_resolver(self.rt.up.clone());
         // Lines of connections still on the old runtime after this are lost.
         if let Some(log) = stop_old_log {
             log.stop();

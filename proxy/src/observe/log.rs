@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use crate::clock::{unix_ms, write_rfc3339_ms, SecondCache};
+use crate::observe::clock::{unix_ms, write_rfc3339_ms, SecondCache};
 
 /// Severity, most severe first.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -202,8 +202,8 @@ fn write_line(unix_ms: u64, level: Level, component: &str, args: fmt::Arguments<
 #[macro_export]
 macro_rules! log_at {
     ($level:expr, $component:expr, $($arg:tt)+) => {{
-        static SITE: $crate::log::Site = $crate::log::Site::new($level, $component);
-        if $crate::log::enabled($level) {
+        static SITE: $crate::observe::log::Site = $crate::observe::log::Site::new($level, $component);
+        if $crate::observe::log::enabled($level) {
             SITE.emit(format_args!($($arg)+));
         }
     }};
@@ -212,25 +212,25 @@ macro_rules! log_at {
 /// `log_error!("component", "format", args...)`.
 #[macro_export]
 macro_rules! log_error {
-    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::log::Level::Error, $component, $($arg)+) };
+    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::observe::log::Level::Error, $component, $($arg)+) };
 }
 
 /// `log_warn!("component", "format", args...)`.
 #[macro_export]
 macro_rules! log_warn {
-    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::log::Level::Warn, $component, $($arg)+) };
+    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::observe::log::Level::Warn, $component, $($arg)+) };
 }
 
 /// `log_info!("component", "format", args...)`.
 #[macro_export]
 macro_rules! log_info {
-    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::log::Level::Info, $component, $($arg)+) };
+    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::observe::log::Level::Info, $component, $($arg)+) };
 }
 
 /// `log_debug!("component", "format", args...)`: client-triggered events.
 #[macro_export]
 macro_rules! log_debug {
-    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::log::Level::Debug, $component, $($arg)+) };
+    ($component:expr, $($arg:tt)+) => { $crate::log_at!($crate::observe::log::Level::Debug, $component, $($arg)+) };
 }
 
 #[cfg(test)]

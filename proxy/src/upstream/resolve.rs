@@ -1,7 +1,7 @@
 //! Endpoint addresses: a lock-free slot per endpoint, names resolved at load and re-resolved on a background thread.
 //!
 //! Every configured endpoint is one fixed slot (an index into
-//! `Runtime::upstreams`), whether it is an IP literal or a name, so pools,
+//! `Upstreams::upstreams`), whether it is an IP literal or a name, so pools,
 //! health and counters index by slot and never move. A name's slot holds one
 //! address at a time, the way HAProxy's `server` line with a name does: the
 //! current address is kept while the name still resolves to it (no churn
@@ -14,29 +14,18 @@
 //! thread may write it, so it lives in a seqlock of atomics: the reader
 //! retries if the sequence moved under it, the single writer bumps the
 //! sequence around its stores. No lock, no allocation, no `unsafe`.
+//!
+//! Re-resolving names (the resolver thread) is [`crate::upstream::resolver`].
 
-use std::cell::Cell;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{fence, AtomicU64, Ordering::*};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use zgix_config::Target;
-
-use crate::runtime::Runtime;
-
-/// Retry interval for a name that has never resolved, in clusters without
-/// `resolve_ms`: such an endpoint is down until it resolves.
-const UNRESOLVED_RETRY: Duration = Duration::from_secs(5);
-/// How often the resolver thread looks at the drain flag while it waits.
-const RESOLVER_NAP: Duration = Duration::from_millis(200);
 
 /// One endpoint's address, readable from any thread without a lock.
 pub struct AtomicAddr {
     /// Even: stable; odd: a write is in progress. `seq / 2` is the generation.
     seq: AtomicU64,
     words: [AtomicU64; 3],
-    resolve_failures: AtomicU64,
+    pub(super) resolve_failures: AtomicU64,
 }
 
 const WORD_V4: u64 = 1 << 16;
@@ -105,7 +94,7 @@ impl AtomicAddr {
     }
 
     /// Stores a new address. Only one thread writes (load, then the resolver).
-    fn set(&self, a: SocketAddr) {
+    pub(super) fn set(&self, a: SocketAddr) {
         let s = self.seq.load(Relaxed);
         self.seq.store(s + 1, Relaxed);
         fence(Release);
@@ -135,125 +124,10 @@ pub fn choose(current: Option<SocketAddr>, answer: &[SocketAddr]) -> Option<Sock
     }
 }
 
-/// Resolves one named slot and stores the outcome; returns an operator-facing
-/// line when something worth logging happened.
-pub fn refresh(rt: &Runtime, slot: usize) -> Option<String> {
-    let ep = &rt.upstreams[slot];
-    let Target::Name { host, port } = &ep.target else {
-        return None;
-    };
-    let current = ep.addr.get();
-    match lookup(host, *port) {
-        Ok(answer) if !answer.is_empty() => {
-            let next = choose(current, &answer)?;
-            ep.health.set_unresolved(false);
-            if Some(next) != current {
-                ep.addr.set(next);
-                return Some(format!(
-                    "clusters.{}: {} now resolves to {next}",
-                    rt.clusters[ep.cluster].name, ep.label
-                ));
-            }
-            None
-        }
-        result => {
-            ep.addr.resolve_failures.fetch_add(1, Relaxed);
-            let why = match result {
-                Err(e) => e.to_string(),
-                Ok(_) => "no address".into(),
-            };
-            let keeps = match current {
-                Some(a) => format!("keeping {a}"),
-                None => "the endpoint stays down".into(),
-            };
-            Some(format!(
-                "clusters.{}: {} does not resolve ({why}); {keeps}",
-                rt.clusters[ep.cluster].name, ep.label
-            ))
-        }
-    }
-}
-
-/// Starts the re-resolution thread when some endpoint is a name: each cluster
-/// with `resolve_ms` is refreshed that often; names that never resolved are
-/// retried every 5 s in every cluster. The thread ends with the drain.
-pub fn spawn_resolver(rt: Arc<Runtime>) -> Option<std::thread::JoinHandle<()>> {
-    let named: Vec<usize> = (0..rt.upstreams.len())
-        .filter(|&i| matches!(rt.upstreams[i].target, Target::Name { .. }))
-        .collect();
-    if named.is_empty() {
-        return None;
-    }
-    let builder = std::thread::Builder::new().name("zgix-resolve".into());
-    let spawned = builder.spawn(move || {
-        let start = Instant::now();
-        let mut due: Vec<Instant> = named.iter().map(|&i| start + period(&rt, i)).collect();
-        while !rt.draining.load(Relaxed) {
-            let now = Instant::now();
-            for (k, &slot) in named.iter().enumerate() {
-                if now >= due[k] {
-                    if let Some(line) = refresh(&rt, slot) {
-                        crate::log_warn!("upstream", "{line}");
-                    }
-                    due[k] = Instant::now() + period(&rt, slot);
-                }
-            }
-            std::thread::sleep(RESOLVER_NAP);
-        }
-    });
-    match spawned {
-        Ok(h) => Some(h),
-        Err(e) => {
-            crate::log_error!(
-                "upstream",
-                "cannot start the resolver thread ({e}); names keep their load-time addresses"
-            );
-            None
-        }
-    }
-}
-
-/// How long until `slot` is resolved again.
-fn period(rt: &Runtime, slot: usize) -> Duration {
-    let ep = &rt.upstreams[slot];
-    match rt.config.clusters[&rt.clusters[ep.cluster].name].resolve_ms {
-        Some(ms) => Duration::from_millis(ms),
-        None if ep.addr.get().is_none() => UNRESOLVED_RETRY,
-        // Resolved at load and not asked to refresh: look again rarely, in
-        // case it is needed; one lookup a day costs nothing.
-        None => Duration::from_secs(86_400),
-    }
-}
-
-/// A shard's view of address generations: tells it which slots moved since
-/// its last look, so it can drop their pooled connections (call from the tick).
-pub struct SeenGenerations(Box<[Cell<u64>]>);
-
-impl SeenGenerations {
-    pub fn new(rt: &Runtime) -> SeenGenerations {
-        SeenGenerations(
-            rt.upstreams
-                .iter()
-                .map(|e| Cell::new(e.addr.generation()))
-                .collect(),
-        )
-    }
-
-    /// Calls `moved(slot)` for every slot whose address changed since the last call.
-    pub fn changed(&self, rt: &Runtime, mut moved: impl FnMut(usize)) {
-        for (i, seen) in self.0.iter().enumerate() {
-            let g = rt.upstreams[i].addr.generation();
-            if g != seen.get() {
-                seen.set(g);
-                moved(i);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn atomic_addr_round_trips_v4_v6_and_unset() {

@@ -4,30 +4,28 @@
 //!
 //! A reload builds a new [`Runtime`] on the main thread and posts it to
 //! every shard's [`Mailbox`] with the listening sockets that shard serves
-//! from now on. The shard makes a new [`Shard`] around it (a *generation*)
+//! from now on. The shard makes a new [`Shard`](crate::conn::shard::Shard) around it (a *generation*)
 //! and points every kept listener's accept loop at it, so connections
 //! accepted from then on run on the new config. A connection already open
 //! keeps the `Rc<Shard>` it was accepted with — and so the runtime, the
 //! listener index, the upstream pool and the counters of its generation —
-//! until it follows [`Shard::successor`] between two requests (see
-//! [`follow`]) or closes. The request path never locks and never looks
+//! until it follows [`Shard::successor`](crate::conn::shard::Shard::successor) between two requests (see
+//! [`follow`](crate::conn::shard::follow)) or closes. The request path never locks and never looks
 //! the runtime up: a generation's runtime is fixed.
 //!
-//! What generations of one shard share (`Rc` fields of [`Shard`]): the
+//! What generations of one shard share (`Rc` fields of [`Shard`](crate::conn::shard::Shard)): the
 //! connection count and its cap waiters, the gate the drain waits on, the
 //! drain flag and the in-flight request count.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::io::Notifier;
 use crate::runtime::Runtime;
-use crate::shard::Shard;
 
 /// A listening socket a shard serves under a generation.
 #[derive(Debug)]
@@ -115,41 +113,5 @@ impl Mailbox {
             std::thread::sleep(Duration::from_millis(1));
         }
         true
-    }
-}
-
-/// Where a connection goes between two requests after a reload.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Follow {
-    /// No newer generation: stay.
-    Stay,
-    /// Serve the next request on the newest generation, as listener `index`.
-    Move(usize),
-    /// The connection's listener is gone from the config: close it.
-    Close,
-}
-
-/// Finds the newest generation after `shard` and the connection's listener
-/// in it (by its configured `bind`). Called by a connection between two
-/// requests, holding no request state; on `Move` it replaces its
-/// `Rc<Shard>` with `*shard` and its listener index with the one returned.
-pub fn follow(shard: &mut Rc<Shard>, li: usize) -> Follow {
-    let Some(mut newest) = shard.successor.borrow().clone() else {
-        return Follow::Stay;
-    };
-    loop {
-        let next = newest.successor.borrow().clone();
-        match next {
-            Some(n) => newest = n,
-            None => break,
-        }
-    }
-    let key = shard.rt.listeners[li].bind;
-    match newest.rt.listeners.iter().position(|l| l.bind == key) {
-        Some(index) => {
-            *shard = newest;
-            Follow::Move(index)
-        }
-        None => Follow::Close,
     }
 }

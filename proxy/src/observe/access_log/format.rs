@@ -4,10 +4,9 @@ use std::io::Write as _;
 
 use zgix_config::AccessLogFormat;
 
-use super::{Record, Target};
-use crate::clock::{write_rfc3339_ms, SecondCache};
-use crate::decision::{write_decision, Decision};
-use crate::runtime::Runtime;
+use super::{Names, Record, Target};
+use crate::observe::clock::{write_rfc3339_ms, SecondCache};
+use crate::observe::decision::{write_decision, Decision};
 
 /// Worst-case growth of a byte through escaping (`\u00XX` in JSON).
 pub const ESCAPE_GROWTH: usize = 6;
@@ -20,7 +19,7 @@ pub fn write_line(
     out: &mut Vec<u8>,
     format: AccessLogFormat,
     query: bool,
-    rt: &Runtime,
+    rt: &dyn Names,
     cache: &SecondCache,
     r: &Record,
     t: &Target<'_>,
@@ -32,9 +31,9 @@ pub fn write_line(
     out.push(b'\n');
 }
 
-fn filter_name<'a>(rt: &'a Runtime, r: &Record) -> Option<&'a str> {
+fn filter_name<'a>(rt: &'a dyn Names, r: &Record) -> Option<&'a str> {
     match r.decision {
-        Decision::Filter(i) => rt.listeners.get(r.listener)?.filters.rule_name(i),
+        Decision::Filter(i) => rt.filter_name(r.listener, i),
         _ => None,
     }
 }
@@ -50,7 +49,7 @@ fn ms(out: &mut Vec<u8>, us: u64) {
 fn text(
     out: &mut Vec<u8>,
     query: bool,
-    rt: &Runtime,
+    rt: &dyn Names,
     cache: &SecondCache,
     r: &Record,
     t: &Target<'_>,
@@ -75,7 +74,7 @@ fn text(
     let _ = write!(out, "\" {} {} {} ", r.status, r.bytes_in, r.bytes_out);
     ms(out, r.duration_us);
     out.push(b' ');
-    match r.upstream.and_then(|e| rt.endpoints.get(e)) {
+    match r.upstream.and_then(|e| rt.endpoint(e)) {
         Some(ep) => {
             let _ = write!(out, "\"{ep}\"");
         }
@@ -93,10 +92,8 @@ fn text(
     out.push(b'"');
 }
 
-fn listener_name<'a>(rt: &'a Runtime, r: &Record) -> &'a str {
-    rt.listeners
-        .get(r.listener)
-        .map_or("-", |l| l.name.as_str())
+fn listener_name<'a>(rt: &'a dyn Names, r: &Record) -> &'a str {
+    rt.listener_name(r.listener).unwrap_or("-")
 }
 
 fn quoted(out: &mut Vec<u8>, s: &[u8]) {
@@ -133,7 +130,7 @@ fn escape_tail(out: &mut Vec<u8>, at: usize, escape: fn(&mut Vec<u8>, &[u8])) {
 fn json(
     out: &mut Vec<u8>,
     query: bool,
-    rt: &Runtime,
+    rt: &dyn Names,
     cache: &SecondCache,
     r: &Record,
     t: &Target<'_>,
@@ -161,7 +158,7 @@ fn json(
     );
     ms(out, r.duration_us);
     out.extend_from_slice(b",\"upstream\":");
-    match r.upstream.and_then(|e| rt.endpoints.get(e)) {
+    match r.upstream.and_then(|e| rt.endpoint(e)) {
         Some(ep) => {
             let _ = write!(out, "\"{ep}\"");
         }

@@ -1,7 +1,8 @@
 //! Tests for the access log: both formats, escaping, drops, the writer and reopen.
 
 use super::*;
-use crate::metrics::UpstreamError;
+use crate::observe::decision::UpstreamError;
+use crate::runtime::Runtime;
 use zgix_config::Config;
 use zgix_parser::ParseError;
 
@@ -216,7 +217,7 @@ fn temp_path(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!(
         "zgix-access-{tag}-{}-{}.log",
         std::process::id(),
-        crate::clock::unix_ms()
+        crate::observe::clock::unix_ms()
     ))
 }
 

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 use zgix_config::Passive;
 
-use crate::metrics::UpstreamError;
+use crate::observe::decision::UpstreamError;
 
 mod probe;
 pub use probe::{probe_once, run_prober};

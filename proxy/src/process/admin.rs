@@ -4,9 +4,9 @@ use std::rc::Rc;
 
 use zgix_parser::{RequestHead, Status};
 
+use crate::conn::shard::Shard;
 use crate::io::{Listener, Sock};
-use crate::metrics::TableGauges;
-use crate::shard::Shard;
+use crate::observe::metrics::TableGauges;
 
 /// Accepts admin connections until the shard drains.
 pub async fn serve(shard: Rc<Shard>, listener: Listener) {
@@ -64,13 +64,13 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
                 conn_in_use: rt.conn_table.in_use(),
                 conn_capacity: rt.conn_table.capacity(),
             };
-            let names = crate::metrics::Labels {
+            let names = crate::observe::metrics::Labels {
                 listeners: rt.listeners.iter().map(|l| l.name.as_str()).collect(),
-                clusters: rt.clusters.iter().map(|c| c.name.as_str()).collect(),
+                clusters: rt.up.clusters.iter().map(|c| c.name.as_str()).collect(),
             };
             let mut body =
-                rt.metrics.render(&names, &gauges) + &crate::upstream_metrics::render(rt);
-            crate::lifecycle::render(&mut body);
+                rt.metrics.render(&names, &gauges) + &crate::upstream::render::render(&rt.up);
+            crate::process::lifecycle::render(&mut body);
             response(200, "text/plain; version=0.0.4; charset=utf-8", &body)
         }
         b"/health" => response(200, "text/plain", "ok\n"),
@@ -80,8 +80,12 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
 }
 
 fn response(status: u16, ctype: &str, body: &str) -> Vec<u8> {
-    let mut out = format!("HTTP/1.1 {status} {}\r\n", crate::respond::reason(status)).into_bytes();
-    crate::respond::write_stamp(&mut out, false, false);
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\n",
+        crate::http::respond::reason(status)
+    )
+    .into_bytes();
+    crate::http::respond::write_stamp(&mut out, false, false);
     out.extend_from_slice(
         format!(
             "content-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",

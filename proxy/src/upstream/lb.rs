@@ -20,9 +20,9 @@ use std::cell::Cell;
 use zgix_admission::ClientId;
 use zgix_config::{Lb, MAX_CLUSTER_ENDPOINTS};
 
-use crate::health::Avail;
-use crate::runtime::Runtime;
-use crate::upstream_metrics::{InFlight, ShardUpstream};
+use crate::upstream::cluster::Upstreams;
+use crate::upstream::health::Avail;
+use crate::upstream::metrics::{InFlight, ShardUpstream};
 
 const WORDS: usize = MAX_CLUSTER_ENDPOINTS.div_ceil(64);
 
@@ -67,7 +67,7 @@ pub type Tried = Positions;
 
 /// One pick: the endpoint slot and the request's in-flight hold on it.
 pub struct Picked<'a> {
-    /// Index into `Runtime::endpoints` / `Runtime::upstreams` and the pools.
+    /// Index into `Upstreams::endpoints` / `Upstreams::upstreams` and the pools.
     pub ep: usize,
     /// This request is the one trial after an ejection.
     pub trial: bool,
@@ -91,7 +91,7 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    pub fn new(rt: &Runtime, shard: usize) -> Balancer {
+    pub fn new(rt: &Upstreams, shard: usize) -> Balancer {
         Balancer {
             clusters: rt
                 .clusters
@@ -109,7 +109,7 @@ impl Balancer {
     /// `health::now_ms()`. See the module doc for the fallbacks.
     pub fn pick<'a>(
         &self,
-        rt: &Runtime,
+        rt: &Upstreams,
         stats: &'a ShardUpstream,
         cluster: usize,
         client: ClientId,
@@ -179,7 +179,7 @@ impl Balancer {
     /// The choice among `eligible`, without changing any state.
     fn choose(
         &self,
-        rt: &Runtime,
+        rt: &Upstreams,
         stats: &ShardUpstream,
         cluster: usize,
         client: ClientId,
@@ -232,7 +232,7 @@ impl Balancer {
 
     /// Smooth weighted round robin (nginx's): the eligible endpoint with the
     /// largest `current + weight`; ties go to the first from `start`.
-    fn smooth_rr(&self, rt: &Runtime, cluster: usize, eligible: &Positions) -> usize {
+    fn smooth_rr(&self, rt: &Upstreams, cluster: usize, eligible: &Positions) -> usize {
         let c = &rt.clusters[cluster];
         let s = &self.clusters[cluster];
         let n = c.endpoints.len();
@@ -251,7 +251,7 @@ impl Balancer {
 
     /// Advances the round-robin state for a pick of `chosen` among `eligible`:
     /// every candidate gains its weight, the chosen one pays the total.
-    fn commit(&self, rt: &Runtime, cluster: usize, eligible: &Positions, chosen: usize) {
+    fn commit(&self, rt: &Upstreams, cluster: usize, eligible: &Positions, chosen: usize) {
         let c = &rt.clusters[cluster];
         let s = &self.clusters[cluster];
         let mut total = 0;
@@ -281,20 +281,20 @@ mod tests {
     use std::net::IpAddr;
     use zgix_config::Config;
 
-    /// A runtime with one cluster `c` of `endpoints` (JSON array text) and `lb`.
-    fn runtime(endpoints: &str, lb: &str) -> Runtime {
+    /// The upstreams of one cluster `c` of `endpoints` (JSON array text) and `lb`.
+    fn runtime(endpoints: &str, lb: &str) -> Upstreams {
         let text = format!(
             r#"{{"listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "c"}}}}],
                 "clusters": {{"c": {{"endpoints": {endpoints}, "lb": "{lb}"}}}}}}"#
         );
-        Runtime::new(Config::from_json(&text).unwrap(), 1)
+        Upstreams::build(&Config::from_json(&text).unwrap(), 1)
     }
 
     fn client(i: u32) -> ClientId {
         ClientId::from_ip(IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i)))
     }
 
-    fn pick(b: &Balancer, rt: &Runtime, id: ClientId) -> usize {
+    fn pick(b: &Balancer, rt: &Upstreams, id: ClientId) -> usize {
         b.pick(
             rt,
             &rt.upstream_stats.shards[0],
@@ -306,7 +306,7 @@ mod tests {
         .ep
     }
 
-    fn counts(rt: &Runtime, picks: usize) -> Vec<usize> {
+    fn counts(rt: &Upstreams, picks: usize) -> Vec<usize> {
         let b = Balancer::new(rt, 0);
         let mut n = vec![0; rt.upstreams.len()];
         for i in 0..picks {
@@ -386,12 +386,12 @@ mod tests {
         let five = r#"["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80", "10.0.0.5:80"]"#;
         let (a, b5) = (runtime(four, "source_ip"), runtime(five, "source_ip"));
         // Same process key for both, as after a reload in one process.
-        let b5 = Runtime {
+        let b5 = Upstreams {
             hrw: a.hrw.clone(),
             ..b5
         };
         let (ba, bb) = (Balancer::new(&a, 0), Balancer::new(&b5, 0));
-        let label = |rt: &Runtime, ep: usize| rt.upstreams[ep].label.clone();
+        let label = |rt: &Upstreams, ep: usize| rt.upstreams[ep].label.clone();
         let ids = 1000;
         let moved = (0..ids)
             .filter(|&i| {

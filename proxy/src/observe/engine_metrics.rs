@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use crate::metrics::Counter;
+use crate::observe::counter::Counter;
 
 /// The errno values accept failures are counted under; the rest is `other`.
 const ACCEPT_ERRNOS: [(i32, &str); 5] = [
@@ -35,15 +35,20 @@ pub struct EngineCounters {
     /// Request states pooled and in use (copied by the shard tick).
     pub exchanges_pooled: AtomicU64,
     pub exchanges_out: AtomicU64,
+    /// Request states that could not be made (a buffer could not be
+    /// mapped): each refused one connection with a 503.
+    pub request_state_refused: Counter,
     /// The shard thread's live heap bytes (counting allocator).
     pub heap_live_bytes: AtomicU64,
 }
 
 impl EngineCounters {
-    pub fn set_driver(&self, kind: crate::io::Kind) {
-        let v = match kind {
-            crate::io::Kind::Uring => 1,
-            crate::io::Kind::Epoll => 2,
+    /// Records the driver by its name (`uring` or `epoll`).
+    pub fn set_driver(&self, name: &str) {
+        let v = match name {
+            "uring" => 1,
+            "epoll" => 2,
+            _ => 0,
         };
         self.driver.store(v, Ordering::Relaxed);
     }
@@ -62,22 +67,6 @@ impl EngineCounters {
             .position(|&(e, _)| e == errno)
             .unwrap_or(ACCEPT_ERRNOS.len() - 1);
         self.accept_errors[i].inc();
-    }
-
-    /// Copies the driver's counters (called from the shard tick).
-    pub fn publish(&self, d: &crate::io::Driver) {
-        let s = &d.stats;
-        self.driver_enters.store(s.enters.get(), Ordering::Relaxed);
-        self.recv_rearm_nobufs
-            .store(s.recv_rearm_nobufs.get(), Ordering::Relaxed);
-        self.recv_paused
-            .store(s.recv_paused.get(), Ordering::Relaxed);
-        self.cq_overflows
-            .store(s.cq_overflows.get(), Ordering::Relaxed);
-        self.sends_waited
-            .store(s.sends_waited.get(), Ordering::Relaxed);
-        self.buffers_held
-            .store(d.buffers_held() as u64, Ordering::Relaxed);
     }
 }
 
@@ -181,6 +170,12 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_exchanges_in_use",
         "Request states held by requests in progress.",
         sum(&|s| s.exchanges_out.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_request_state_refused_total",
+        "Request states that could not be made (a buffer could not be mapped): each connection was answered 503 and closed.",
+        sum(&|s| s.request_state_refused.get()),
     );
     gauge(
         o,

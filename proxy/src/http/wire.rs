@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use zgix_parser::{Header, HeaderKind, RequestHead, ResponseHead, Version};
 
-use crate::filters::{FiltersRt, Walk};
+use crate::http::filters::{FiltersRt, Walk};
 
 /// A client address as text, formatted once per connection: X-Forwarded-For
 /// is written on every request.

@@ -9,9 +9,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::health::{now_ms, Avail};
-use crate::metrics::{Counter, UpstreamError};
-use crate::runtime::Runtime;
+use crate::observe::counter::Counter;
+use crate::observe::decision::UpstreamError;
 
 /// Upper bounds of the time-to-first-byte buckets, in microseconds: 100 µs to 10 s.
 pub const TTFB_BUCKETS_US: [u64; 16] = [
@@ -46,8 +45,8 @@ pub struct EndpointStats {
     /// Requests to this endpoint in flight on this shard: `least_conn` reads it.
     in_flight: AtomicU32,
     pub connects: Counter,
-    ttfb: [Counter; TTFB_BUCKETS_US.len() + 1],
-    ttfb_sum_us: Counter,
+    pub(super) ttfb: [Counter; TTFB_BUCKETS_US.len() + 1],
+    pub(super) ttfb_sum_us: Counter,
 }
 
 impl EndpointStats {
@@ -133,7 +132,7 @@ impl UpstreamMetrics {
         }
     }
 
-    fn sum(&self, ep: usize, f: impl Fn(&EndpointStats) -> u64) -> u64 {
+    pub(super) fn sum(&self, ep: usize, f: impl Fn(&EndpointStats) -> u64) -> u64 {
         self.shards.iter().map(|s| f(&s.endpoints[ep])).sum()
     }
 
@@ -160,130 +159,6 @@ impl UpstreamMetrics {
     }
 }
 
-/// Every per-endpoint family, labelled `cluster` and `endpoint` (the address
-/// as configured). Appended to `/metrics` by the admin endpoint.
-pub fn render(rt: &Runtime) -> String {
-    let m = &rt.upstream_stats;
-    let mut o = String::with_capacity(1024 + rt.upstreams.len() * 2048);
-    m.render_retries(&mut o);
-    let labels = |ep: usize| {
-        let u = &rt.upstreams[ep];
-        format!(
-            "cluster=\"{}\",endpoint=\"{}\"",
-            rt.clusters[u.cluster].name, u.label
-        )
-    };
-    let family = |o: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
-    let per_endpoint =
-        |o: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
-            family(o, name, kind, help);
-            for ep in 0..rt.upstreams.len() {
-                let _ = writeln!(o, "{name}{{{}}} {}", labels(ep), v(ep));
-            }
-        };
-    per_endpoint(
-        &mut o,
-        "zgix_upstream_requests_total",
-        "counter",
-        "Requests sent to an endpoint (every try).",
-        &|ep| m.sum(ep, |s| s.requests.get()),
-    );
-    per_endpoint(
-        &mut o,
-        "zgix_upstream_endpoint_connects_total",
-        "counter",
-        "Upstream connections opened to an endpoint; requests / connects is the reuse ratio.",
-        &|ep| m.sum(ep, |s| s.connects.get()),
-    );
-    per_endpoint(
-        &mut o,
-        "zgix_upstream_in_flight",
-        "gauge",
-        "Requests to an endpoint in flight now.",
-        &|ep| m.sum(ep, |s| u64::from(s.in_flight())),
-    );
-    let now = now_ms();
-    per_endpoint(
-        &mut o,
-        "zgix_upstream_endpoint_healthy",
-        "gauge",
-        "1 when an endpoint takes traffic, 0 while ejected, marked down by the active check, or unresolved.",
-        &|ep| u64::from(rt.upstreams[ep].health.availability(now) != Avail::Down),
-    );
-    per_endpoint(
-        &mut o,
-        "zgix_upstream_ejections_total",
-        "counter",
-        "Passive-health ejections of an endpoint.",
-        &|ep| rt.upstreams[ep].health.ejections(),
-    );
-    per_endpoint(
-        &mut o,
-        "zgix_upstream_resolve_failures_total",
-        "counter",
-        "Failed lookups of a named endpoint (its last address is kept).",
-        &|ep| rt.upstreams[ep].addr.resolve_failures(),
-    );
-    family(
-        &mut o,
-        "zgix_upstream_endpoint_errors_total",
-        "counter",
-        "Upstream failures of an endpoint, by kind.",
-    );
-    for ep in 0..rt.upstreams.len() {
-        for kind in UpstreamError::ALL {
-            let v = m.sum(ep, |s| s.errors[kind as usize].get());
-            let _ = writeln!(
-                o,
-                "zgix_upstream_endpoint_errors_total{{{},kind=\"{}\"}} {v}",
-                labels(ep),
-                kind.label()
-            );
-        }
-    }
-    family(
-        &mut o,
-        "zgix_upstream_panic_picks_total",
-        "counter",
-        "Picks made while no endpoint of the cluster was healthy (panic mode: every endpoint is used).",
-    );
-    for (ci, c) in rt.clusters.iter().enumerate() {
-        let v: u64 = m.shards.iter().map(|s| s.panic_picks[ci].get()).sum();
-        let _ = writeln!(
-            o,
-            "zgix_upstream_panic_picks_total{{cluster=\"{}\"}} {v}",
-            c.name
-        );
-    }
-    family(
-        &mut o,
-        "zgix_upstream_ttfb_seconds",
-        "histogram",
-        "Time from sending a request to an endpoint to its first response byte.",
-    );
-    for ep in 0..rt.upstreams.len() {
-        let l = labels(ep);
-        let mut cumulative = 0;
-        for (i, le) in TTFB_BUCKETS_US.iter().enumerate() {
-            cumulative += m.sum(ep, |s| s.ttfb[i].get());
-            let _ = writeln!(
-                o,
-                "zgix_upstream_ttfb_seconds_bucket{{{l},le=\"{}\"}} {cumulative}",
-                *le as f64 / 1e6
-            );
-        }
-        cumulative += m.sum(ep, |s| s.ttfb[TTFB_BUCKETS_US.len()].get());
-        let sum_s = m.sum(ep, |s| s.ttfb_sum_us.get()) as f64 / 1e6;
-        let _ = writeln!(
-            o,
-            "zgix_upstream_ttfb_seconds_bucket{{{l},le=\"+Inf\"}} {cumulative}\nzgix_upstream_ttfb_seconds_sum{{{l}}} {sum_s}\nzgix_upstream_ttfb_seconds_count{{{l}}} {cumulative}"
-        );
-    }
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,14 +167,17 @@ mod tests {
     fn ttfb_buckets_are_cumulative_and_in_seconds() {
         let text = r#"{"listeners": [{"bind": "127.0.0.1:0", "http": {"cluster": "c"}}],
             "clusters": {"c": {"endpoints": ["127.0.0.1:1"]}}}"#;
-        let rt = Runtime::new(zgix_config::Config::from_json(text).unwrap(), 2);
+        let rt = crate::upstream::cluster::Upstreams::build(
+            &zgix_config::Config::from_json(text).unwrap(),
+            2,
+        );
         let (s0, s1) = (&rt.upstream_stats.shards[0], &rt.upstream_stats.shards[1]);
         s0.endpoints[0].ttfb(100);
         s1.endpoints[0].ttfb(101);
         s1.endpoints[0].ttfb(20_000_000);
         s0.retry(RetryReason::Connect);
         s1.retry(RetryReason::Connect);
-        let m = render(&rt);
+        let m = crate::upstream::render::render(&rt);
         let l = "cluster=\"c\",endpoint=\"127.0.0.1:1\"";
         for line in [
             format!("zgix_upstream_ttfb_seconds_bucket{{{l},le=\"0.0001\"}} 1"),
