@@ -69,8 +69,9 @@ worker_cpu_affinity, HAProxy cpu-map), the origin to CPU 1 and wrk to CPU 2
 absolute numbers). Needs root only to install packages. Everything started is
 stopped on exit.
 
-A run that measured a stall, not a speed (no request completed, or timeouts
-on half the connections), stops the benchmark with exit status 1 and no
+A run that measured a stall, not a speed (no request completed, timeouts on
+half the connections, or no answer to one request right after the run),
+stops the benchmark with exit status 1 and no
 figures, naming the target and whether the origin still answers directly.
 USAGE
 }
@@ -199,7 +200,7 @@ stalled() {
     local t="$1"
     echo "bench-peers: $t stalled: $2; no figures reported" >&2
     if [ "$t" != direct ]; then
-        if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$(port_of direct)/"; then
+        if answers direct; then
             echo "bench-peers: the origin still answers directly: $t is what stalled" >&2
         else
             echo "bench-peers: the origin does not answer directly either: the origin stalled; its log:" >&2
@@ -207,6 +208,19 @@ stalled() {
         fi
     fi
     exit 1
+}
+
+# answers TARGET: true when TARGET answers one request within 2 s.
+answers() { curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$(port_of "$1")/"; }
+
+# wrk_checked TARGET OUTPUT: ends the benchmark if the wrk run against
+# TARGET measured a stall. wrk does not count a request still unanswered when
+# the run ends, so a target that stalled in the run's last seconds is asked
+# once more.
+wrk_checked() {
+    local why
+    if why="$(wrk_stalled "$connections" "$2")"; then echo "$2" >&2; stalled "$1" "$why"; fi
+    answers "$1" || stalled "$1" "no answer within 2 s to one request after a run of $(awk '/ requests in / {print $1}' <<<"$2") requests"
 }
 
 # load_failed TARGET: a zgix-bench load run failed (its stderr in
@@ -233,8 +247,7 @@ run_wrk() {
     out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency \
         "http://127.0.0.1:$(port_of "$t")/" 2>&1)" || { echo "$out" >&2; return 1; }
     [ "$t" = direct ] || c1="$(cpu_of "$t")"
-    local why
-    if why="$(wrk_stalled "$connections" "$out")"; then echo "$out" >&2; stalled "$t" "$why"; fi
+    wrk_checked "$t" "$out"
     [ "${4:-}" = record ] || return 0
     local rps p50 p99 bad pcpu ocpu n us="- -"
     pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
@@ -414,7 +427,7 @@ run_syscalls() {
     out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${duration}s" "http://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
         { echo "$out" >&2; return 1; }
     stop_pid "$spid" # strace detaches on TERM and writes its summary
-    if n="$(wrk_stalled "$connections" "$out")"; then echo "$out" >&2; stalled "$t" "$n"; fi
+    wrk_checked "$t" "$out"
     n="$(awk '/requests in/ {print $1}' <<<"$out")"
     awk -v t="$t" -v r="${round:-0}" -v n="$n" '/^-----/ {rows = 1; next}
         rows && NF >= 5 && $4 ~ /^[0-9]+$/ {print t, r, n, $NF, $4}' "$f" >>"$tmp/sys-$mode"
@@ -443,7 +456,7 @@ run_sysperf() {
     if [ "$kind" = wrk ]; then
         out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${duration}s" "http://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
             { echo "$out" >&2; return 1; }
-        if n="$(wrk_stalled "$connections" "$out")"; then echo "$out" >&2; stalled "$t" "$n"; fi
+        wrk_checked "$t" "$out"
         n="$(awk '/requests in/ {print $1}' <<<"$out")"
     else
         out="$("$bench_bin" load --url "http://127.0.0.1:$(port_of "$t")/" --connections "$connections" \
