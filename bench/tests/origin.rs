@@ -141,8 +141,8 @@ fn delayed_origin_serves_new_connections_too() {
     // new connections are accepted meanwhile.
     let origin = Origin::start(&["--cpus", "0", "--body-bytes", "5", "--delay-ms", "30"]);
     let mut first = connect(origin.addr);
-    first.write_all(REQUEST).unwrap();
     let t0 = std::time::Instant::now();
+    first.write_all(REQUEST).unwrap();
     new_connection_is_served(origin.addr, "second connection while the first waits");
     expect_response(&mut first, "first connection");
     assert!(t0.elapsed() >= Duration::from_millis(30), "answered early");
