@@ -178,12 +178,7 @@ impl Runtime {
             drain: ms(l.drain_timeout_ms),
             proxy_protocol: ms(l.proxy_protocol_timeout_ms),
         };
-        let request_limits = zgix_parser::Limits {
-            max_request_line: l.max_request_line,
-            max_header_bytes: l.max_header_bytes,
-            max_headers: l.max_headers,
-            max_body: l.max_request_body,
-        };
+        let request_limits = l.request_limits();
         let metrics = match prev {
             Some(p)
                 if p.listeners.len() == listeners.len()

@@ -246,7 +246,7 @@ mod tests {
 
     /// The head zgix sends upstream for the raw request `raw`.
     fn upstream(raw: &str, via: Option<&[u8]>) -> String {
-        let limits = Limits::default();
+        let limits: Limits = zgix_config::Limits::default().request_limits();
         let mut head = RequestHead::new(&limits);
         let r = RequestParser::new(limits).parse(raw.as_bytes(), &mut head);
         assert_eq!(r, Ok(Status::Complete(())), "{raw:?}");
