@@ -68,6 +68,11 @@ worker_cpu_affinity, HAProxy cpu-map), the origin to CPU 1 and wrk to CPU 2
 (on a 2-CPU box wrk shares CPU 1 with the origin, so compare ratios, not
 absolute numbers). Needs root only to install packages. Everything started is
 stopped on exit.
+
+A run that measured a stall, not a speed (no request completed, timeouts on
+half the connections, or no answer to one request right after the run),
+stops the benchmark with exit status 1 and no
+figures, naming the target and whether the origin still answers directly.
 USAGE
 }
 
@@ -187,6 +192,47 @@ busy_pct() {
         dt = y[2] - x[2]; printf "%.0f", (dt > 0 ? 100 * (y[1] - x[1]) / dt : 0) }'
 }
 
+# stalled TARGET WHY: a run against TARGET measured a stall, not a speed:
+# says whether the origin itself still answers (which of the two stalled)
+# and exits, since every later figure would rest on a stalled origin or
+# proxy.
+stalled() {
+    local t="$1"
+    echo "bench-peers: $t stalled: $2; no figures reported" >&2
+    if [ "$t" != direct ]; then
+        if answers direct; then
+            echo "bench-peers: the origin still answers directly: $t is what stalled" >&2
+        else
+            echo "bench-peers: the origin does not answer directly either: the origin stalled; its log:" >&2
+            tail -20 "$tmp/origin.log" >&2 || true
+        fi
+    fi
+    exit 1
+}
+
+# answers TARGET: true when TARGET answers one request within 2 s.
+answers() { curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$(port_of "$1")/"; }
+
+# wrk_checked TARGET OUTPUT: ends the benchmark if the wrk run against
+# TARGET measured a stall. wrk does not count a request still unanswered when
+# the run ends, so a target that stalled in the run's last seconds is asked
+# once more.
+wrk_checked() {
+    local why
+    if why="$(wrk_stalled "$connections" "$2")"; then echo "$2" >&2; stalled "$1" "$why"; fi
+    answers "$1" || stalled "$1" "no answer within 2 s to one request after a run of $(awk '/ requests in / {print $1}' <<<"$2") requests"
+}
+
+# load_failed TARGET: a zgix-bench load run failed (its stderr in
+# $tmp/load.err): a stall (zgix-bench load names it) ends the benchmark.
+load_failed() {
+    local why
+    why="$(grep -o ' stalled: .*' "$tmp/load.err" | head -1)" || true
+    [ -z "$why" ] || stalled "$1" "${why# stalled: }"
+    echo "bench-peers: zgix-bench load failed against $1:" >&2
+    tail -3 "$tmp/load.err" >&2 || true
+}
+
 # The proxy targets (everything but direct), in --targets order.
 proxies=()
 for t in "${target_list[@]}"; do [ "$t" = direct ] || proxies+=("$t"); done
@@ -201,6 +247,7 @@ run_wrk() {
     out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency \
         "http://127.0.0.1:$(port_of "$t")/" 2>&1)" || { echo "$out" >&2; return 1; }
     [ "$t" = direct ] || c1="$(cpu_of "$t")"
+    wrk_checked "$t" "$out"
     [ "${4:-}" = record ] || return 0
     local rps p50 p99 bad pcpu ocpu n us="- -"
     pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
@@ -314,8 +361,8 @@ run_rate() {
     local t="$1" mode="$2" out p0 pcpu c0 c1
     p0="$(cpu_ticks "$proxy_cpu")" c0="$(cpu_of "$t")"
     out="$("$bench_bin" load --url "http://127.0.0.1:$(port_of "$t")/" --connections "$connections" \
-        --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>/dev/null)" ||
-        { echo "bench-peers: zgix-bench load failed against $t" >&2; return 1; }
+        --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>"$tmp/load.err")" ||
+        { load_failed "$t"; return 1; }
     c1="$(cpu_of "$t")"
     pcpu="$(busy_pct "$p0" "$(cpu_ticks "$proxy_cpu")")"
     python3 -c '
@@ -380,6 +427,7 @@ run_syscalls() {
     out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${duration}s" "http://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
         { echo "$out" >&2; return 1; }
     stop_pid "$spid" # strace detaches on TERM and writes its summary
+    wrk_checked "$t" "$out"
     n="$(awk '/requests in/ {print $1}' <<<"$out")"
     awk -v t="$t" -v r="${round:-0}" -v n="$n" '/^-----/ {rows = 1; next}
         rows && NF >= 5 && $4 ~ /^[0-9]+$/ {print t, r, n, $NF, $4}' "$f" >>"$tmp/sys-$mode"
@@ -408,11 +456,12 @@ run_sysperf() {
     if [ "$kind" = wrk ]; then
         out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${duration}s" "http://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
             { echo "$out" >&2; return 1; }
+        wrk_checked "$t" "$out"
         n="$(awk '/requests in/ {print $1}' <<<"$out")"
     else
         out="$("$bench_bin" load --url "http://127.0.0.1:$(port_of "$t")/" --connections "$connections" \
-            --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>/dev/null)" ||
-            { echo "bench-peers: zgix-bench load failed against $t" >&2; return 1; }
+            --duration "$duration" --rate "$fixed_rate" --cpus "$wrk_cpu" --json 2>"$tmp/load.err")" ||
+            { load_failed "$t"; return 1; }
         n="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["requests"])' "$out")"
     fi
     wait "$ppid" || { echo "bench-peers: perf stat failed on $t:" >&2; cat "$tmp/perf.err" >&2; }

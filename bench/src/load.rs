@@ -52,7 +52,11 @@ zgix-bench load --url http://127.0.0.1:PORT/path [options]
   --json                print one JSON object instead of the text report
 
 Latencies are in microseconds. Connections the server closes are reopened and
-counted as reconnects. A progress line goes to stderr every second on runs over 3 s.";
+counted as reconnects. A progress line goes to stderr every second on runs over 3 s.
+
+A run whose target stalls prints no figures: when no request completes, or at
+least half the connections time out (--timeout-ms) at least once, it names the
+target on stderr and exits 1.";
 
 /// Default connection count: enough to keep a single-shard proxy busy on a
 /// small box without measuring mostly queueing.
@@ -63,6 +67,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 const HIST_MAX_US: u64 = 3_600_000_000;
 /// Pause after a failed connect so a refusing server is not hammered in a spin.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+/// A run in which at least this share of the connections timed out (a
+/// connect, a send or a response slower than `--timeout-ms`) measured a
+/// stalled target, not its speed: a server that is merely slow under load
+/// times out a few connections, one that stopped serving times out all.
+const STALL_SHARE: f64 = 0.5;
 
 /// Load-run settings.
 #[derive(Clone, Debug)]
@@ -238,6 +247,8 @@ pub struct Stats {
     pub reconnects: u64,
     pub completed: u64,
     pub bytes_read: u64,
+    /// Connection slots that saw at least one timeout.
+    pub timed_out_connections: u64,
 }
 
 impl Stats {
@@ -249,6 +260,7 @@ impl Stats {
             reconnects: 0,
             completed: 0,
             bytes_read: 0,
+            timed_out_connections: 0,
         }
     }
 
@@ -261,6 +273,7 @@ impl Stats {
         self.reconnects += o.reconnects;
         self.completed += o.completed;
         self.bytes_read += o.bytes_read;
+        self.timed_out_connections += o.timed_out_connections;
     }
 }
 
@@ -268,14 +281,49 @@ impl Stats {
 pub struct Report {
     pub stats: Stats,
     pub elapsed: Duration,
+    pub target: SocketAddr,
     pub connections: usize,
     pub rate: Option<f64>,
+    pub timeout: Duration,
 }
 
 impl Report {
     /// Completed responses per second of wall time.
     pub fn requests_per_sec(&self) -> f64 {
         self.stats.completed as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Why this run measured a stalled target rather than its speed, if it
+    /// did: no request completed, or at least [`STALL_SHARE`] of the
+    /// connections timed out.
+    pub fn stalled(&self) -> Option<String> {
+        let s = &self.stats;
+        let e = &s.errors;
+        let errors = format!(
+            "errors: connect={} read={} write={} timeout={} parse={}",
+            e.connect, e.read, e.write, e.timeout, e.parse
+        );
+        if s.completed == 0 {
+            return Some(format!(
+                "target {} stalled: no request completed in {:.1}s over {} connections ({errors})",
+                self.target,
+                self.elapsed.as_secs_f64(),
+                self.connections
+            ));
+        }
+        let timed_out = s.timed_out_connections;
+        if timed_out as f64 >= STALL_SHARE * self.connections as f64 {
+            return Some(format!(
+                "target {} stalled: {timed_out} of {} connections timed out (nothing within {} ms) \
+                 after {} requests in {:.1}s ({errors})",
+                self.target,
+                self.connections,
+                self.timeout.as_millis(),
+                s.completed,
+                self.elapsed.as_secs_f64()
+            ));
+        }
+        None
     }
 
     fn percentiles(&self) -> [(&'static str, u64); 5] {
@@ -350,14 +398,19 @@ impl Report {
                 "parse": s.errors.parse,
             },
             "reconnects": s.reconnects,
+            "timed_out_connections": s.timed_out_connections,
             "latency_us": latency,
         })
     }
 }
 
-/// Runs the `load` subcommand and prints its report.
+/// Runs the `load` subcommand and prints its report; a stalled target is an
+/// error instead (no figures).
 pub fn run(cfg: LoadConfig) -> Result<(), String> {
     let report = execute(&cfg, true)?;
+    if let Some(why) = report.stalled() {
+        return Err(format!("{why}; no figures reported"));
+    }
     if cfg.json {
         println!("{}", report.json());
     } else {
@@ -416,8 +469,10 @@ pub fn execute(cfg: &LoadConfig, progress: bool) -> Result<Report, String> {
     Ok(Report {
         stats,
         elapsed,
+        target: cfg.target,
         connections: cfg.connections,
         rate: cfg.rate,
+        timeout: cfg.timeout,
     })
 }
 
@@ -480,6 +535,7 @@ async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
     let mut stats = Stats::new();
     let mut stream: Option<TcpStream> = None;
     let mut opened = 0u64;
+    let mut timed_out = false;
     let mut reader = ResponseReader::new();
     let mut next_send = ctx
         .interval
@@ -531,7 +587,8 @@ async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
                     reader.reset();
                     stream = Some(s);
                 }
-                Err(_) => {
+                Err(e) => {
+                    timed_out |= matches!(e, glommio::GlommioError::TimedOut(_));
                     stats.errors.connect += 1;
                     glommio::timer::sleep(CONNECT_BACKOFF).await;
                     continue;
@@ -567,8 +624,10 @@ async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
             }
             Err(f) => {
                 match f {
-                    Failure::Write(e) if is_timeout(&e) => stats.errors.timeout += 1,
-                    Failure::Read(e) if is_timeout(&e) => stats.errors.timeout += 1,
+                    Failure::Write(e) | Failure::Read(e) if is_timeout(&e) => {
+                        stats.errors.timeout += 1;
+                        timed_out = true;
+                    }
                     Failure::Write(_) => stats.errors.write += 1,
                     Failure::Read(_) => stats.errors.read += 1,
                     Failure::Parse => stats.errors.parse += 1,
@@ -577,6 +636,7 @@ async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
             }
         }
     }
+    stats.timed_out_connections = u64::from(timed_out);
     stats
 }
 

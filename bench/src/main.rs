@@ -1,4 +1,4 @@
-//! zgix-bench: a fast glommio HTTP/1.1 origin and a keep-alive load generator for measuring zgix.
+//! zgix-bench: a fast HTTP/1.1 origin (on zgix's socket driver) and a keep-alive load generator for measuring zgix.
 
 mod args;
 mod demo;

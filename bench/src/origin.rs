@@ -1,4 +1,4 @@
-//! `zgix-bench origin`: a fast keep-alive HTTP/1.1 origin, one glommio executor per CPU.
+//! `zgix-bench origin`: a fast keep-alive HTTP/1.1 origin, one executor per CPU, every socket on zgix's own driver.
 //!
 //! Every executor binds the same address with SO_REUSEPORT, so the kernel
 //! spreads connections over the executors and no socket is shared between
@@ -6,23 +6,33 @@
 //! responses are preformatted once at start-up, and the responses to all
 //! requests found in one read (pipelining) go out in one write.
 //!
-//! Socket readiness comes from zgix's own per-executor epoll poller
-//! (`zgix::io`), without busy polling, as nginx does: the origin usually shares
-//! a core with the load generator, and glommio's io_uring readiness would have
-//! every packet a proxy on another core sends it interrupt that shared core
-//! (see `zgix::io` for the measurement). With `--delay-ms` the origin uses
-//! glommio's streams instead, so its timers fire on time.
+//! All of an executor's sockets, its accepts and its timers (`--delay-ms`,
+//! the accept back-off) are on one [`zgix::io::Driver`] (the epoll backend,
+//! no busy polling, as nginx does), the same driver the proxy's shards run:
+//! nothing waits on glommio's reactor, which only runs the tasks. The origin
+//! usually shares a core with the load generator, and io_uring readiness
+//! would have every packet a proxy on another core sends it interrupt that
+//! shared core (see `zgix::io` for the measurement).
+//!
+//! An origin run once stopped accepting after light traffic, parked for good
+//! in glommio's reactor (`Reactor::link_rings_and_sleep`) with its listen
+//! queue stuck and its connections in CLOSE-WAIT (issue 19). Then the
+//! `--delay-ms` mode, and any executor whose epoll set could not be made,
+//! served on glommio's own sockets and timers; now nothing does, and an
+//! executor without a driver is a start-up error. glommio only runs the
+//! tasks: the driver task is always runnable (it yields every turn and
+//! sleeps in its own `epoll_wait`), so glommio never parks in its reactor.
+//! `tests/origin.rs` checks that a new connection is still accepted and
+//! served after many keep-alive ones have come and gone.
 
 use crate::args::{parse_cpu_list, Args};
 use crate::executor;
 use crate::http::{self, BodyKind, ChunkedDecoder, FrameError, Head};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::Duration;
+use zgix::io::{Driver, Kind, Listener, Options, Sock};
 
 pub const USAGE: &str = "\
 zgix-bench origin --bind ADDR [--cpus 0,1] [--body-bytes N] [--delay-ms N] [--chunked] [--echo]
@@ -165,15 +175,15 @@ pub fn start(cfg: &OriginConfig) -> Result<Origin, String> {
         let (tx, rx) = mpsc::channel::<Result<SocketAddr, String>>();
         let shard_cfg = cfg.clone();
         let handle = executor::spawn(&format!("origin-{i}"), Some(cpu), move || async move {
-            let fd = match zgix::io::bind_listener(addr) {
-                Ok(l) => l,
+            let (driver, listener) = match listen(addr) {
+                Ok(v) => v,
                 Err(e) => {
-                    let _ = tx.send(Err(format!("cannot bind {addr}: {e}")));
+                    let _ = tx.send(Err(e));
                     return;
                 }
             };
-            let _ = tx.send(zgix::io::local_addr(fd).map_err(|e| e.to_string()));
-            accept_loop(fd, shard_cfg).await;
+            let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
+            accept_loop(&driver, listener, shard_cfg).await;
         })?;
         match rx.recv() {
             Ok(Ok(bound)) => addr = bound,
@@ -195,71 +205,37 @@ pub fn run(cfg: OriginConfig) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_loop(fd: RawFd, cfg: OriginConfig) {
+/// The executor's driver, running, and its listener on `addr`.
+fn listen(addr: SocketAddr) -> Result<(Rc<Driver>, Listener), String> {
+    // No busy polling (spin 0): the origin shares its core with the load generator.
+    let driver = Driver::new(&Options::new(Kind::Epoll))
+        .map_err(|e| format!("cannot create the socket driver: {e}"))?;
+    glommio::spawn_local(driver.clone().run()).detach();
+    let fd = zgix::io::bind_listener(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
+    let listener = Listener::from_fd(fd, &driver)
+        .map_err(|e| format!("cannot watch the listener on {addr}: {e}"))?;
+    Ok((driver, listener))
+}
+
+async fn accept_loop(driver: &Rc<Driver>, listener: Listener, cfg: OriginConfig) {
     let responses = Rc::new(Responses::new(&cfg));
     let cfg = Rc::new(cfg);
-    // No busy polling: the origin shares its core with the load generator.
-    // With --delay-ms it keeps glommio's own streams (its timers run there).
-    let driver = match cfg.delay.is_zero() {
-        true => match zgix::io::Driver::new(&zgix::io::Options::new(zgix::io::Kind::Epoll)) {
-            Ok(d) => {
-                glommio::spawn_local(d.clone().run()).detach();
-                Some(d)
+    loop {
+        match listener.accept().await {
+            Ok((sock, _)) => {
+                let _ = sock.set_nodelay(true);
+                let (responses, cfg) = (responses.clone(), cfg.clone());
+                // Errors while serving are the client's doing (reset,
+                // garbage): closing the connection is the whole handling.
+                glommio::spawn_local(async move {
+                    let _ = serve(sock, &responses, &cfg).await;
+                })
+                .detach();
             }
             Err(e) => {
-                eprintln!("origin: no epoll set ({e}); using glommio's streams");
-                None
-            }
-        },
-        false => None,
-    };
-    match driver {
-        Some(d) => {
-            let listener = match zgix::io::Listener::from_fd(fd, &d) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("origin: cannot watch the listener: {e}");
-                    return;
-                }
-            };
-            loop {
-                match listener.accept().await {
-                    Ok((sock, _)) => {
-                        let _ = sock.set_nodelay(true);
-                        let (responses, cfg) = (responses.clone(), cfg.clone());
-                        // Errors while serving are the client's doing (reset,
-                        // garbage): closing the connection is the whole handling.
-                        glommio::spawn_local(async move {
-                            let _ = serve(sock, &responses, &cfg).await;
-                        })
-                        .detach();
-                    }
-                    Err(e) => {
-                        eprintln!("origin: accept: {e}");
-                        d.sleep(Duration::from_millis(10)).await;
-                    }
-                }
-            }
-        }
-        None => {
-            // SAFETY: fd is a bound listening socket handed to glommio here.
-            let listener = unsafe { TcpListener::from_raw_fd(fd) };
-            loop {
-                match listener.accept().await {
-                    Ok(stream) => {
-                        let _ = stream.set_nodelay(true);
-                        let (responses, cfg) = (responses.clone(), cfg.clone());
-                        glommio::spawn_local(async move {
-                            let _ = serve(stream, &responses, &cfg).await;
-                        })
-                        .detach();
-                    }
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        eprintln!("origin: accept: {e}");
-                        glommio::timer::sleep(Duration::from_millis(10)).await;
-                    }
-                }
+                // EMFILE and friends: back off instead of spinning.
+                eprintln!("origin: accept: {e}");
+                driver.sleep(Duration::from_millis(10)).await;
             }
         }
     }
@@ -273,31 +249,7 @@ enum State {
     Chunked(Head, ChunkedDecoder),
 }
 
-/// A connection's socket, whichever way it does I/O.
-trait Conn {
-    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
-    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()>;
-}
-
-impl Conn for TcpStream {
-    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        AsyncReadExt::read(self, buf).await
-    }
-    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        AsyncWriteExt::write_all(self, buf).await
-    }
-}
-
-impl Conn for zgix::io::Sock {
-    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        zgix::io::Sock::read(self, buf).await
-    }
-    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        zgix::io::Sock::write_all(self, buf).await
-    }
-}
-
-async fn serve(mut stream: impl Conn, resp: &Responses, cfg: &OriginConfig) -> std::io::Result<()> {
+async fn serve(stream: Sock, resp: &Responses, cfg: &OriginConfig) -> std::io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     let (mut pos, mut filled) = (0usize, 0usize);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
@@ -381,7 +333,7 @@ async fn serve(mut stream: impl Conn, resp: &Responses, cfg: &OriginConfig) -> s
         }
         if !out.is_empty() {
             if !cfg.delay.is_zero() {
-                glommio::timer::sleep(cfg.delay).await;
+                stream.driver().sleep(cfg.delay).await;
             }
             stream.write_all(&out).await?;
             out.clear();
@@ -506,8 +458,7 @@ mod tests {
 
     #[test]
     fn delay_holds_each_response_back() {
-        // --delay-ms serves through glommio's streams (its timers); the
-        // other tests cover the epoll path.
+        // --delay-ms waits on the driver's timers.
         let cfg = OriginConfig {
             bind: "127.0.0.1:0".parse().unwrap(),
             cpus: vec![0],

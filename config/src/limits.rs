@@ -1,4 +1,10 @@
 //! Global size and time limits: `DEFAULT_*` values, accepted bounds, and the `Limits` struct.
+//!
+//! This is the one definition of every limit and its default: the request parser
+//! (`zgix-parser`) has none of its own and gets its limits from
+//! [`Limits::request_limits`]. Where the parser has a structural cap (its stack
+//! array of header slots) the accepted bound here is that cap, so a file that
+//! asks for more is refused rather than clamped.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +27,14 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 32 * KIB;
 /// Largest accepted `max_header_bytes`.
 pub const MAX_MAX_HEADER_BYTES: usize = MIB;
 
-/// 100 headers: the parser's fixed header array; real browsers send 10-30.
+/// 100 header fields, hyper's default: real browsers send 10-30, and each
+/// field costs a 20-byte slot reserved in every connection's request head.
 pub const DEFAULT_MAX_HEADERS: usize = 100;
-/// Most accepted `max_headers`: the header array lives on each connection.
-pub const MAX_MAX_HEADERS: usize = 1024;
+/// Most accepted `max_headers`: the parser's cap, [`zgix_parser::MAX_HEADERS_CAP`]
+/// (256). It parses into a stack array of that many slots, so a larger value
+/// could not take effect.
+pub const MAX_MAX_HEADERS: usize = zgix_parser::MAX_HEADERS_CAP;
+const _: () = assert!(DEFAULT_MAX_HEADERS <= MAX_MAX_HEADERS);
 
 /// 1 GiB body: large uploads pass, while a runaway or hostile stream stops.
 /// Bodies are streamed, so this costs no memory.
@@ -196,6 +206,16 @@ impl Limits {
         })
     }
 
+    /// The request parser's limits: line, head, field count and body.
+    pub fn request_limits(&self) -> zgix_parser::Limits {
+        zgix_parser::Limits {
+            max_request_line: self.max_request_line,
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            max_body: self.max_request_body,
+        }
+    }
+
     /// Size of the client read buffer: it must hold a whole request head and
     /// also serves as the request-body streaming buffer, so it is the larger of
     /// `max_header_bytes` and `buffer_bytes`.
@@ -304,6 +324,60 @@ mod tests {
         let l: Limits = serde_json::from_str("{}").unwrap();
         assert_eq!(l, Limits::default());
         assert_eq!(l.max_request_body, 1 << 30);
+    }
+
+    /// Parses `head` as a request against `limits`.
+    fn parse(limits: zgix_parser::Limits, head: &str) -> Result<(), zgix_parser::ParseError> {
+        let mut h = zgix_parser::RequestHead::new(&limits);
+        let r = zgix_parser::RequestParser::new(limits).parse(head.as_bytes(), &mut h)?;
+        assert_eq!(r, zgix_parser::Status::Complete(()), "{head:?}");
+        Ok(())
+    }
+
+    /// A request head of `fields` header fields in all (Host first) and this Content-Length.
+    fn request(fields: usize, content_length: u64) -> String {
+        let mut r = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {content_length}\r\n");
+        for i in 2..fields {
+            r.push_str(&format!("X-{i}: v\r\n"));
+        }
+        r + "\r\n"
+    }
+
+    #[test]
+    fn parser_defaults_are_config_defaults() {
+        let l = Limits::default().request_limits();
+        assert_eq!(l.max_request_line, DEFAULT_MAX_REQUEST_LINE);
+        assert_eq!(l.max_header_bytes, DEFAULT_MAX_HEADER_BYTES);
+        assert_eq!(l.max_headers, DEFAULT_MAX_HEADERS);
+        assert_eq!(l.max_body, DEFAULT_MAX_REQUEST_BODY);
+        // In effect, not only as numbers: the parser takes exactly the
+        // default field count and body size, and refuses one more.
+        assert_eq!(l.header_slots(), DEFAULT_MAX_HEADERS);
+        let max_body = DEFAULT_MAX_REQUEST_BODY;
+        assert_eq!(parse(l, &request(DEFAULT_MAX_HEADERS, max_body)), Ok(()));
+        assert_eq!(
+            parse(l, &request(DEFAULT_MAX_HEADERS + 1, 0)),
+            Err(zgix_parser::ParseError::HeadersTooLarge)
+        );
+        assert_eq!(
+            parse(l, &request(2, max_body + 1)),
+            Err(zgix_parser::ParseError::BodyTooLarge)
+        );
+    }
+
+    #[test]
+    fn most_accepted_max_headers_take_effect() {
+        let l = Limits {
+            max_headers: MAX_MAX_HEADERS,
+            ..Limits::default()
+        }
+        .request_limits();
+        assert_eq!(l.header_slots(), MAX_MAX_HEADERS);
+        assert_eq!(parse(l, &request(MAX_MAX_HEADERS, 0)), Ok(()));
+        assert_eq!(
+            parse(l, &request(MAX_MAX_HEADERS + 1, 0)),
+            Err(zgix_parser::ParseError::HeadersTooLarge)
+        );
     }
 
     #[test]

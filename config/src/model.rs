@@ -224,3 +224,36 @@ impl Config {
         self.clusters.get(name)
     }
 }
+
+impl Config {
+    /// The `Server` field value zgix writes, or `None` when turned off.
+    pub fn server_header(&self) -> Option<&str> {
+        match &self.server_header {
+            None | Some(ServerHeader::Enabled(true)) => Some(DEFAULT_SERVER_HEADER),
+            Some(ServerHeader::Enabled(false)) => None,
+            Some(ServerHeader::Name(n)) => Some(n),
+        }
+    }
+
+    /// Every listener's name, by index: its `name`, or else its bind address as
+    /// written. Two unnamed listeners on the same address (only possible with
+    /// port 0) would share a label, so a repeat gets `#<index>` appended.
+    pub fn listener_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::with_capacity(self.listeners.len());
+        for (i, l) in self.listeners.iter().enumerate() {
+            let name = match &l.name {
+                Some(n) => n.clone(),
+                None => {
+                    let bind = l.bind.to_string();
+                    if names.contains(&bind) {
+                        format!("{bind}#{i}")
+                    } else {
+                        bind
+                    }
+                }
+            };
+            names.push(name);
+        }
+        names
+    }
+}

@@ -34,10 +34,7 @@ pub use chunked::{
 };
 pub use error::ParseError;
 pub use fields::{Header, HeaderKind};
-pub use limits::{
-    Limits, DEFAULT_MAX_BODY, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
-    DEFAULT_MAX_REQUEST_LINE, MAX_HEADERS_CAP,
-};
+pub use limits::{Limits, MAX_HEADERS_CAP};
 pub use message::{Method, Version};
 pub use path::canonicalize_path;
 pub use rechunk::{rechunk, Rechunked, RECHUNK_SLACK};

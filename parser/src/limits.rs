@@ -1,52 +1,34 @@
-//! Size limits for request heads and bodies, with their defaults.
-
-/// Default [`Limits::max_request_line`]: 8 KiB, nginx's `large_client_header_buffers` line
-/// size. Long enough for the longest URLs browsers and CDNs emit in practice.
-pub const DEFAULT_MAX_REQUEST_LINE: usize = 8 * 1024;
-
-/// Default [`Limits::max_header_bytes`]: 32 KiB, nginx's default total (4 x 8 KiB). Big
-/// cookies fit; a client that sends more is refused 431 before it can pin more buffer.
-pub const DEFAULT_MAX_HEADER_BYTES: usize = 32 * 1024;
-
-/// Default [`Limits::max_headers`]: 100 fields, hyper's default. Each field costs a 20-byte
-/// [`crate::Header`] slot reserved up front.
-pub const DEFAULT_MAX_HEADERS: usize = 100;
-
-/// Default [`Limits::max_body`]: 1 MiB, nginx's `client_max_body_size`.
-pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+//! Request size limits as the parser enforces them, and the one structural cap it imposes.
+//!
+//! The parser has no defaults of its own. Every limit, its default and its accepted
+//! range is defined once, in `zgix-config` (`zgix_config::Limits`, whose
+//! `request_limits()` builds this struct); the parser only fixes what its allocation-free
+//! design needs, [`MAX_HEADERS_CAP`], and the configuration refuses a `max_headers`
+//! above it instead of having it clamped here without a word.
 
 /// Hard cap on [`Limits::max_headers`]: headers are parsed into a stack array of this many
-/// 32-byte `httparse::Header` slots (8 KiB of stack), so a larger configured limit is clamped.
+/// 32-byte `httparse::Header` slots (8 KiB of stack). `zgix-config` refuses a larger
+/// `limits.max_headers`; a caller that builds [`Limits`] by hand past it is clamped.
 pub const MAX_HEADERS_CAP: usize = 256;
 
 /// Request size limits; each maps to its own status (414, 431, 413).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Longest request line, excluding its CRLF. Longer: 414.
     pub max_request_line: usize,
     /// Longest head, request line and final CRLFCRLF included. Longer: 431.
     /// Must be below 4 GiB (spans are `u32`).
     pub max_header_bytes: usize,
-    /// Most header fields. More: 431. Clamped to [`MAX_HEADERS_CAP`].
+    /// Most header fields. More: 431. At most [`MAX_HEADERS_CAP`] take effect.
     pub max_headers: usize,
     /// Largest body, as declared by Content-Length or summed over chunks. Larger: 413.
     pub max_body: u64,
 }
 
 impl Limits {
-    /// `max_headers` clamped to what the stack array holds.
-    pub(crate) fn header_slots(&self) -> usize {
+    /// The most header fields a request may have under these limits: `max_headers`,
+    /// clamped to what the stack array holds.
+    pub fn header_slots(&self) -> usize {
         self.max_headers.min(MAX_HEADERS_CAP)
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_request_line: DEFAULT_MAX_REQUEST_LINE,
-            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
-            max_headers: DEFAULT_MAX_HEADERS,
-            max_body: DEFAULT_MAX_BODY,
-        }
     }
 }

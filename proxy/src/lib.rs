@@ -22,35 +22,38 @@
 //! # Locked memory
 //!
 //! io_uring rings and glommio's registered buffers live in locked memory. Each
-//! shard asks for [`shard::IO_MEMORY`] bytes; with the common 8 MiB
+//! shard asks for [`process::shard::IO_MEMORY`] bytes; with the common 8 MiB
 //! `RLIMIT_MEMLOCK` that fits a handful of shards. Raise `ulimit -l` (systemd:
 //! `LimitMEMLOCK=`) for more.
+//!
+//! # The floors
+//!
+//! The modules stand in floors, and a module imports only from floors below
+//! its own (no import circle):
+//!
+//! | floor | module | what |
+//! | --- | --- | --- |
+//! | 7 | [`process`] | the process and its shards: command line, start-up, signals, reload generations, the shard's executor and accept loops, the admin endpoint (with [`instance`], the control channel between two processes) |
+//! | 6 | [`conn`] | the exchange: one client connection, its requests, the forwarding to an upstream and back, tunnels; the shard state a connection runs on |
+//! | 5 | [`runtime`] | the loaded configuration every shard reads: listeners, clusters, endpoints, timeouts, tables |
+//! | 4 | [`upstream`] | the upstreams: endpoint choice, keep-alive pools, health, address resolution, per-endpoint counters |
+//! | 3 | [`http`] | HTTP pieces that know no connection: head rewriting, the responses zgix writes itself, request filters |
+//! | 2 | [`io`] | the socket driver (io_uring or epoll): sockets, listeners, buffers, timers; knows no HTTP |
+//! | 1 | [`observe`] | what everything reports to: counters and metrics, the access and error logs, the clock, decisions |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod access_log;
-pub mod admin;
-pub mod alloc;
-pub mod cli;
-pub mod clock;
+// The floors, bottom up: observe, io, http, upstream, runtime, conn, process
+// (with instance); each imports only from the floors below it.
 pub mod conn;
-pub mod decision;
-pub mod engine_metrics;
-pub mod filters;
-pub mod generation;
-pub mod health;
+pub mod http;
 pub mod instance;
 pub mod io;
-pub mod lb;
-pub mod lifecycle;
-pub mod log;
-pub mod metrics;
-pub mod pool;
-pub mod resolve;
-pub mod respond;
+pub mod observe;
+pub mod process;
 pub mod runtime;
-pub mod server;
-pub mod shard;
-pub mod signals;
-pub mod upstream_metrics;
-pub mod wire;
+pub mod upstream;
+
+// io/tests.rs names `crate::shard::IO_MEMORY` (the shard now lives in `process/`).
+#[cfg(test)]
+use process::shard;

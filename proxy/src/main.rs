@@ -1,6 +1,6 @@
-//! The `zgix` binary: parses the command line and hands over to [`zgix::server`].
+//! The `zgix` binary: parses the command line and hands over to [`zgix::process::server`].
 #[global_allocator]
-static ALLOCATOR: zgix::alloc::Counting = zgix::alloc::Counting;
+static ALLOCATOR: zgix::observe::alloc::Counting = zgix::observe::alloc::Counting;
 
 fn main() {
     // A panic in any shard ends the process (as `panic = "abort"` does in
@@ -11,5 +11,5 @@ fn main() {
         default_hook(info);
         std::process::abort();
     }));
-    std::process::exit(zgix::cli::main());
+    std::process::exit(zgix::process::cli::main());
 }

@@ -1,27 +1,16 @@
 //! The read-only runtime model built once from a validated config and shared by every shard.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use zgix_admission::{ConnTable, RateParams, RateTable, WafMatcher};
-use zgix_config::{Active, Config, Lb, Target};
+use zgix_config::Config;
 
-use crate::filters::FiltersRt;
-use crate::health::{ClusterHealth, EndpointHealth};
-use crate::metrics::Metrics;
-use crate::resolve::AtomicAddr;
-use crate::upstream_metrics::UpstreamMetrics;
-
-/// Fixed keys hashing an endpoint's label into its rendezvous identity; the
-/// secret part of `source_ip` hashing is [`Runtime::hrw`], not this.
-const HRW_LABEL_KEYS: ahash::RandomState = ahash::RandomState::with_seeds(
-    0x6a09_e667_f3bc_c908, // fractional digits of sqrt(2), nothing up the sleeve
-    0xbb67_ae85_84ca_a73b,
-    0x3c6e_f372_fe94_f82b,
-    0xa54f_f53a_5f1d_36f1,
-);
+use crate::http::filters::FiltersRt;
+use crate::observe::access_log::Names;
+use crate::observe::metrics::Metrics;
+use crate::upstream::cluster::Upstreams;
 
 /// A listener as the request path needs it: indices instead of names, matchers built.
 pub struct ListenerRt {
@@ -63,35 +52,6 @@ pub struct WafRt {
     pub status: u16,
 }
 
-/// A cluster: its endpoints as indices into [`Runtime::endpoints`] and its balancing rule.
-pub struct ClusterRt {
-    pub name: String,
-    pub endpoints: Vec<usize>,
-    pub lb: Lb,
-    /// Further tries on another endpoint (`clusters.NAME.retries`).
-    pub retries: u32,
-    /// The active check, if configured (run by `health::run_prober`).
-    pub active: Option<Active>,
-    /// Panic-mode flag.
-    pub health: ClusterHealth,
-}
-
-/// One endpoint slot: fixed at load for the life of the process, whether its
-/// address is a literal or a name that re-resolves (see `resolve.rs`).
-pub struct UpstreamRt {
-    /// Index into [`Runtime::clusters`].
-    pub cluster: usize,
-    pub target: Target,
-    /// The address as configured: the `endpoint` label of its metrics.
-    pub label: String,
-    pub weight: u32,
-    /// Identity of the endpoint for rendezvous hashing: a hash of its label,
-    /// so adding an endpoint does not change the others' keys.
-    pub hrw_key: u64,
-    pub addr: AtomicAddr,
-    pub health: EndpointHealth,
-}
-
 /// Millisecond limits turned into durations once.
 pub struct Timeouts {
     pub client_header: Duration,
@@ -111,19 +71,9 @@ pub struct Timeouts {
 pub struct Runtime {
     pub config: Config,
     pub listeners: Vec<ListenerRt>,
-    pub clusters: Vec<ClusterRt>,
-    /// Every endpoint slot of every cluster, by cluster then position (an
-    /// endpoint listed in two clusters has two slots: health is per cluster),
-    /// with its address at load; the upstream pools index by it. Use
-    /// [`Runtime::upstreams`]`[ep].addr.get()` for the current address.
-    pub endpoints: Vec<SocketAddr>,
-    /// Health, address and identity of each endpoint slot, same indices.
-    pub upstreams: Vec<UpstreamRt>,
-    /// Per-shard, per-endpoint counters (rendered by `upstream_metrics`).
-    pub upstream_stats: UpstreamMetrics,
-    /// Per-process random key of `source_ip` rendezvous hashing, so no client
-    /// can choose addresses that all land on one endpoint.
-    pub hrw: ahash::RandomState,
+    /// Clusters, endpoint slots, their health and counters: the part the
+    /// upstream floor is handed.
+    pub up: Arc<Upstreams>,
     pub timeouts: Timeouts,
     pub request_limits: zgix_parser::Limits,
     /// Shared with the previous runtime across a reload when the geometry
@@ -131,13 +81,11 @@ pub struct Runtime {
     pub rate_table: Arc<RateTable>,
     pub conn_table: Arc<ConnTable>,
     pub metrics: Arc<Metrics>,
-    /// Set by the signal thread, which then wakes every shard's driver.
-    pub draining: AtomicBool,
     /// `limits.max_connections`, or what the descriptor limit allows.
     pub max_connections: usize,
     /// The access log's rings and writer; started by `server::run`, shared
     /// with the next runtime by a reload that leaves `access_log` unchanged.
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
 }
 
 fn ms(v: u64) -> Duration {
@@ -176,44 +124,9 @@ impl Runtime {
 
     fn build(config: Config, shard_count: usize, prev: Option<&Runtime>) -> Runtime {
         let l = &config.limits;
-        let mut upstreams: Vec<UpstreamRt> = Vec::new();
-        let mut clusters = Vec::new();
+        let mut up = Upstreams::build(&config, shard_count);
+        crate::upstream::resolver::resolve_at_load(&mut up);
         let names: Vec<&String> = config.clusters.keys().collect();
-        let trial_ms = l.upstream_connect_timeout_ms + l.upstream_header_timeout_ms;
-        for (ci, (name, c)) in config.clusters.iter().enumerate() {
-            let first = upstreams.len();
-            for ep in &c.endpoints {
-                let target = ep.target().expect("validated: endpoint parses");
-                upstreams.push(UpstreamRt {
-                    cluster: ci,
-                    addr: AtomicAddr::new(match &target {
-                        Target::Ip(a) => Some(*a),
-                        Target::Name { .. } => None,
-                    }),
-                    hrw_key: HRW_LABEL_KEYS.hash_one(ep.address.as_str()),
-                    target,
-                    label: ep.address.clone(),
-                    weight: ep.weight,
-                    health: EndpointHealth::new(c.health.passive, trial_ms),
-                });
-            }
-            clusters.push(ClusterRt {
-                name: name.clone(),
-                endpoints: (first..upstreams.len()).collect(),
-                lb: c.lb,
-                retries: c.retries,
-                active: c.health.active.clone(),
-                health: ClusterHealth::default(),
-            });
-        }
-        let endpoints = upstreams
-            .iter()
-            .map(|u| match &u.target {
-                Target::Ip(a) => *a,
-                // Replaced once resolved; connecting to it fails fast.
-                Target::Name { port, .. } => SocketAddr::from(([0, 0, 0, 0], *port)),
-            })
-            .collect();
         let mut listener_names = config.listener_names().into_iter();
         let listeners = config
             .listeners
@@ -265,19 +178,19 @@ impl Runtime {
             drain: ms(l.drain_timeout_ms),
             proxy_protocol: ms(l.proxy_protocol_timeout_ms),
         };
-        let request_limits = zgix_parser::Limits {
-            max_request_line: l.max_request_line,
-            max_header_bytes: l.max_header_bytes,
-            max_headers: l.max_headers,
-            max_body: l.max_request_body,
-        };
+        let request_limits = l.request_limits();
         let metrics = match prev {
             Some(p)
-                if p.listeners.len() == listeners.len() && p.clusters.len() == clusters.len() =>
+                if p.listeners.len() == listeners.len()
+                    && p.up.clusters.len() == up.clusters.len() =>
             {
                 p.metrics.clone()
             }
-            _ => Arc::new(Metrics::new(shard_count, listeners.len(), clusters.len())),
+            _ => Arc::new(Metrics::new(
+                shard_count,
+                listeners.len(),
+                up.clusters.len(),
+            )),
         };
         let rate_table = match prev {
             Some(p) if p.config.limits.rate_limit_entries == l.rate_limit_entries => {
@@ -291,43 +204,17 @@ impl Runtime {
             }
             _ => ConnTable::new(l.conn_limit_entries),
         };
-        let upstream_stats = UpstreamMetrics::new(shard_count, upstreams.len(), clusters.len());
-        let mut rt = Runtime {
+        Runtime {
             rate_table,
             conn_table,
             listeners,
-            clusters,
-            endpoints,
-            upstreams,
-            upstream_stats,
-            hrw: ahash::RandomState::new(),
+            up: Arc::new(up),
             timeouts,
             request_limits,
             metrics,
-            draining: AtomicBool::new(false),
             max_connections: config.limits.max_connections_for(nofile_limit()),
             access_log: None,
             config,
-        };
-        rt.resolve_at_load();
-        rt
-    }
-
-    /// Resolves every named endpoint once, before any shard starts (blocking
-    /// lookups are fine here). A name that does not resolve is reported and
-    /// stays down until the resolver thread resolves it.
-    fn resolve_at_load(&mut self) {
-        for slot in 0..self.upstreams.len() {
-            if !matches!(self.upstreams[slot].target, Target::Name { .. }) {
-                continue;
-            }
-            if let Some(line) = crate::resolve::refresh(self, slot) {
-                crate::log_warn!("upstream", "{line}");
-            }
-            match self.upstreams[slot].addr.get() {
-                Some(a) => self.endpoints[slot] = a,
-                None => self.upstreams[slot].health.set_unresolved(true),
-            }
         }
     }
 
@@ -392,5 +279,24 @@ pub fn nofile_limit() -> u64 {
             }
         }
         r.rlim_cur as u64
+    }
+}
+
+/// The access log names listeners, filter rules and endpoints through this.
+impl Names for Runtime {
+    fn logs(&self, listener: usize) -> bool {
+        self.listeners.get(listener).is_some_and(|l| l.access_log)
+    }
+
+    fn listener_name(&self, listener: usize) -> Option<&str> {
+        self.listeners.get(listener).map(|l| l.name.as_str())
+    }
+
+    fn filter_name(&self, listener: usize, rule: u16) -> Option<&str> {
+        self.listeners.get(listener)?.filters.rule_name(rule)
+    }
+
+    fn endpoint(&self, ep: usize) -> Option<SocketAddr> {
+        self.up.endpoints.get(ep).copied()
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use zgix::metrics::{Labels, Metrics, TableGauges};
+use zgix::observe::metrics::{Labels, Metrics, TableGauges};
 
 fn repo_file(rel: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -34,7 +34,7 @@ fn exported_names() -> BTreeSet<String> {
     )
     .expect("a valid config");
     let rt = zgix::runtime::Runtime::new(cfg, 1);
-    let text = text + &zgix::upstream_metrics::render(&rt);
+    let text = text + &zgix::upstream::render::render(&rt.up);
     let mut names = BTreeSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Helpers shared by the benchmark scripts: a scratch directory, the processes
-# started (stopped on exit), waiting for a listener, medians, wrk latencies.
+# started (stopped on exit), waiting for a listener, medians, wrk latencies,
+# telling a stalled run from a slow one.
 # Source it after setting $bench_name (used in messages and the scratch path).
 
 tmp="$(mktemp -d "/tmp/$bench_name.XXXXXX")"
@@ -89,4 +90,20 @@ cpus_busy_pct() {
                        if (f == 1) { t0[$1] = t; b0[$1] = busy } else { dt = t - t0[$1]
                        p = dt > 0 ? 100 * (busy - b0[$1]) / dt : 0; if (p > m) m = p } }
         END { printf "%d", m }' <(echo "$a") <(echo "$b")
+}
+
+# wrk_stalled CONNECTIONS OUTPUT: true, printing why, when a wrk run measured
+# a stalled target rather than its speed: no request completed, or timeouts
+# (wrk counts each response later than its 2 s timeout) reached half the
+# connections. A slow target times out a few; a hung one, all of them.
+wrk_stalled() {
+    local n t
+    n="$(awk '/ requests in / {print $1}' <<<"$2")"
+    t="$(awk '/Socket errors/ {gsub(/,/, ""); print $NF}' <<<"$2")"
+    n="${n:-0}" t="${t:-0}"
+    if [ "$n" -eq 0 ] || [ $(( t * 2 )) -ge "$1" ]; then
+        echo "$n requests completed, $t timed out, over $1 connections"
+        return 0
+    fi
+    return 1
 }

@@ -62,3 +62,35 @@ fn load_against_origin_end_to_end() {
     assert_eq!(json["errors"]["read"], 0);
     assert!(json["latency_us"]["p99"].as_u64().is_some());
 }
+
+#[test]
+fn stall_is_no_completions_or_half_the_connections_timed_out() {
+    let report = |completed, timed_out_connections| {
+        let mut stats = Stats::new();
+        stats.completed = completed;
+        stats.timed_out_connections = timed_out_connections;
+        stats.errors.timeout = timed_out_connections;
+        Report {
+            stats,
+            elapsed: Duration::from_secs(5),
+            target: "127.0.0.1:9000".parse().unwrap(),
+            connections: 4,
+            rate: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    };
+    let why = report(0, 0).stalled().expect("nothing completed");
+    assert!(
+        why.starts_with(
+            "target 127.0.0.1:9000 stalled: no request completed in 5.0s over 4 connections"
+        ),
+        "{why}"
+    );
+    let why = report(1000, 2).stalled().expect("2 of 4 timed out");
+    assert!(
+        why.starts_with("target 127.0.0.1:9000 stalled: 2 of 4 connections timed out (nothing within 2000 ms) after 1000 requests"),
+        "{why}"
+    );
+    assert_eq!(report(1000, 1).stalled(), None);
+    assert_eq!(report(1, 0).stalled(), None);
+}

@@ -182,7 +182,7 @@ fn five_problems_are_all_reported() {
             "listeners[0].http.cluster: no cluster named \"apx\"",
             "listeners[0].http.waf.status: must be 400, 403, 404 or 429, got 401",
             "clusters.api.endpoints[1]: 127.0.0.1:9000 is already endpoints[0]",
-            "limits.max_headers: must be between 1 and 1024, got 0",
+            "limits.max_headers: must be between 1 and 256, got 0",
         ]
     );
 }
@@ -397,10 +397,28 @@ fn clusters() {
 }
 
 #[test]
+fn max_headers_past_the_parsers_array_is_refused() {
+    // 1024 used to pass here and be clamped to the parser's 256 slots without
+    // a word; now it is refused with its path, beside the file's other errors.
+    assert_eq!(crate::limits::MAX_MAX_HEADERS, zgix_parser::MAX_HEADERS_CAP);
+    assert_eq!(
+        errs(&[
+            ("/limits/max_headers", json!(1024)),
+            ("/limits/buffer_bytes", json!(1)),
+        ]),
+        [
+            "limits.max_headers: must be between 1 and 256, got 1024",
+            "limits.buffer_bytes: must be between 1024 and 1048576, got 1",
+        ]
+    );
+    assert!(errs(&[("/limits/max_headers", json!(256))]).is_empty());
+}
+
+#[test]
 fn limits_bounds_both_sides() {
     // (field, lowest accepted, highest accepted); one below and one above must fail.
     let cases: &[(&str, u64, u64)] = &[
-        ("max_headers", 1, 1024),
+        ("max_headers", 1, 256),
         ("max_response_header_bytes", 1024, 1 << 20),
         ("buffer_bytes", 1024, 1 << 20),
         ("client_header_timeout_ms", 1, 3_600_000),

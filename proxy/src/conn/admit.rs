@@ -4,9 +4,9 @@ use zgix_admission::{ConnDecision, RateDecision};
 use zgix_parser::{BodyKind, Method, Version};
 
 use super::{Conn, Next};
-use crate::decision::Decision;
-use crate::filters::Verdict;
-use crate::metrics::Admission;
+use crate::http::filters::Verdict;
+use crate::observe::decision::Decision;
+use crate::observe::metrics::Admission;
 
 impl Conn {
     /// Gives back the token this request took from its client's bucket, if
@@ -147,7 +147,7 @@ impl Conn {
         let tx = self.client.bytes_written();
         let x = self.x();
         let base = &x.cbuf[x.cstart..x.cend];
-        x.rec = crate::access_log::Record::new(li, ip, peer);
+        x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.version = Some(x.req.version);
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
@@ -178,12 +178,12 @@ impl Conn {
             .counters
             .request_done(li, x.rec.decision, x.rec.duration_us.max(1));
         if let Some(log) = &shard.access_log {
-            let t = crate::access_log::Target {
+            let t = crate::observe::access_log::Target {
                 method: &x.rec_method,
                 path: &x.req.canonical_path,
                 query: x.rec_has_query.then_some(&x.rec_query[..]),
             };
-            log.emit(&shard.rt, &x.rec, &t);
+            log.emit(&*shard.rt, &x.rec, &t);
         }
     }
 
@@ -195,14 +195,18 @@ impl Conn {
         let tx = self.client.bytes_written();
         let Some(x) = self.x.as_mut() else { return };
         let status = x.rec.status;
-        x.rec = crate::access_log::Record::new(li, ip, peer);
+        x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.status = status;
         x.rec.decision = decision;
         x.rec.bytes_in = (x.cend - x.cstart) as u64;
         x.rec.bytes_out = tx - tx0;
         shard.counters.request_done(li, decision, 1);
         if let Some(log) = &shard.access_log {
-            log.emit(&shard.rt, &x.rec, &crate::access_log::Target::default());
+            log.emit(
+                &*shard.rt,
+                &x.rec,
+                &crate::observe::access_log::Target::default(),
+            );
         }
     }
 }

@@ -11,12 +11,12 @@ use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
+use super::shard::Shard;
 use super::{upstream_io, Fail};
-use crate::filters::Walk;
+use crate::http::filters::Walk;
+use crate::http::wire;
 use crate::io::{Buf, Sock};
-use crate::metrics::UpstreamError;
-use crate::shard::Shard;
-use crate::wire;
+use crate::observe::decision::UpstreamError;
 
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {
@@ -147,7 +147,8 @@ pub(super) struct Download<'a> {
     pub filtered: bool,
     /// The request asked to upgrade (a 101 is then a tunnel, not an error).
     pub upgrade: bool,
-    /// Whether any byte reached the client.
+    /// Whether any byte of a final (or 101) response reached the client;
+    /// relayed interim 1xx answers do not count.
     pub sent: &'a mut bool,
     /// Whether the request body is all read (else the client connection
     /// closes after this answer, and the head says so).
@@ -203,7 +204,9 @@ impl Download<'_> {
                         let hl = self.resp.head_len;
                         if self.req.version == Version::Http11 {
                             wire::write_interim_head(self.out, base, self.resp, self.via);
-                            *self.sent = true;
+                            // Not `sent`: an interim answer is no answer, and
+                            // if the origin fails now the client still gets
+                            // its final 502 or 504 after it.
                             self.client
                                 .write_all(self.out)
                                 .await

@@ -9,15 +9,15 @@ use zgix_parser::{BodyKind, HeaderKind, RequestHead};
 
 use super::body::{Download, ResponseEnd, Upload};
 use super::{is_timeout, Conn, Fail, Next};
-use crate::decision::Decision;
-use crate::health;
+use crate::http::respond::status_for;
+use crate::http::wire;
 use crate::io::Sock;
-use crate::lb;
-use crate::metrics::UpstreamError;
-use crate::respond::status_for;
+use crate::observe::decision::Decision;
+use crate::observe::decision::UpstreamError;
 use crate::runtime::Runtime;
-use crate::upstream_metrics::RetryReason;
-use crate::wire;
+use crate::upstream::health;
+use crate::upstream::lb;
+use crate::upstream::metrics::RetryReason;
 
 /// The `Upgrade` field value of a request that asks to switch protocols
 /// (`Connection: upgrade` and an `Upgrade` field, HTTP/1.1, RFC 9110 §7.8).
@@ -67,12 +67,12 @@ impl Conn {
         // again; one whose body started streaming never is.
         let retryable = x.req.method.is_idempotent() && !has_body && !upgrade;
         let head_at = x.cstart;
-        let retries = rt.clusters[cluster_ix].retries;
+        let retries = rt.up.clusters[cluster_ix].retries;
         let mut tried = lb::Tried::default();
         let mut attempt = 0u32;
         loop {
             let picked = shard.balancer.pick(
-                rt,
+                &rt.up,
                 &shard.up,
                 cluster_ix,
                 self.id,
@@ -112,7 +112,7 @@ impl Conn {
             if let Some(k) = kind {
                 shard.up.endpoints[ep].error(k);
                 if !reused && health::counts_as_failure(k) {
-                    let t = rt.upstreams[ep].health.report_failure(health::now_ms());
+                    let t = rt.up.upstreams[ep].health.report_failure(health::now_ms());
                     note_transition(rt, ep, t);
                 }
             }
@@ -170,7 +170,7 @@ impl Conn {
             shard.counters.upstream_time(cluster_ix, us);
             x.rec.upstream_us = Some(us);
         }
-        let t = rt.upstreams[ep]
+        let t = rt.up.upstreams[ep]
             .health
             .report_status(status, health::now_ms());
         note_transition(rt, ep, t);
@@ -202,7 +202,10 @@ impl Conn {
         let base = &x.cbuf[x.cstart..x.cend];
         let edits = filtered.then_some((filters, &x.walk));
         let via = rt.config.via.name().map(str::as_bytes);
-        let endpoint = rt.upstreams[ep].addr.get().unwrap_or(rt.endpoints[ep]);
+        let endpoint = rt.up.upstreams[ep]
+            .addr
+            .get()
+            .unwrap_or(rt.up.endpoints[ep]);
         wire::write_request_head_via(&mut x.out, base, &x.req, &ip_text, endpoint, edits, via);
         // Expect goes to the origin, which may refuse before the body
         // comes (RFC 9110 §10.1.1); the client gets its 100 or its answer.
@@ -246,7 +249,7 @@ impl Conn {
         }
         shard.counters.upstream_connects.inc();
         shard.up.endpoints[ep].connects.inc();
-        let Some(addr) = shard.rt.upstreams[ep].addr.get() else {
+        let Some(addr) = shard.rt.up.upstreams[ep].addr.get() else {
             // A name that never resolved.
             return Err(UpstreamError::ConnectOther);
         };
@@ -397,8 +400,8 @@ impl Conn {
 
 /// Logs an endpoint's ejection or recovery (operator-facing, rate-limited).
 fn note_transition(rt: &Runtime, ep: usize, t: health::Transition) {
-    let u = &rt.upstreams[ep];
-    let cluster = &rt.clusters[u.cluster].name;
+    let u = &rt.up.upstreams[ep];
+    let cluster = &rt.up.clusters[u.cluster].name;
     match t {
         health::Transition::Ejected(ms) => {
             crate::log_warn!(

@@ -8,9 +8,9 @@ use zgix_admission::ClientId;
 use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{ParseError, Status};
 
-use super::{client_ip, is_timeout, take_exchange, Conn};
-use crate::metrics::ConnRefusal;
-use crate::wire;
+use super::{client_ip, is_timeout, shard, Conn};
+use crate::http::wire;
+use crate::observe::metrics::ConnRefusal;
 
 /// How a head read ended.
 pub(super) enum HeadRead {
@@ -112,10 +112,13 @@ impl HeadScan {
 impl Conn {
     /// Reads the PROXY protocol header (v1 or v2) within its deadline and makes
     /// its source the client identity. LOCAL/UNKNOWN keep the peer address.
-    pub(super) async fn read_proxy_header(&mut self) -> Result<(), ConnRefusal> {
+    /// `Err(None)`: no request state could be made (answered 503).
+    pub(super) async fn read_proxy_header(&mut self) -> Result<(), Option<ConnRefusal>> {
         let shard = self.shard.clone();
         let deadline = shard.driver.now() + shard.rt.timeouts.proxy_protocol;
-        self.x = Some(take_exchange(&shard, self.li));
+        if !self.hold_state().await {
+            return Err(None);
+        }
         loop {
             let x = self.x.as_mut().expect("taken above");
             if x.cend > 0 {
@@ -132,21 +135,21 @@ impl Conn {
                     Ok(ProxyStatus::Partial) => {}
                     Err(e) => {
                         crate::log_debug!("conn", "PROXY header refused: {}", e.as_str());
-                        return Err(ConnRefusal::ProxyHeaderInvalid);
+                        return Err(Some(ConnRefusal::ProxyHeaderInvalid));
                     }
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(ConnRefusal::ProxyHeaderTimeout);
+                return Err(Some(ConnRefusal::ProxyHeaderTimeout));
             }
             self.client.set_read_timeout(Some(left));
             let at = x.cend;
             match self.client.read(&mut x.cbuf[at..]).await {
-                Ok(0) => return Err(ConnRefusal::ProxyHeaderInvalid),
+                Ok(0) => return Err(Some(ConnRefusal::ProxyHeaderInvalid)),
                 Ok(n) => x.cend += n,
-                Err(e) if is_timeout(&e) => return Err(ConnRefusal::ProxyHeaderTimeout),
-                Err(_) => return Err(ConnRefusal::ProxyHeaderInvalid),
+                Err(e) if is_timeout(&e) => return Err(Some(ConnRefusal::ProxyHeaderTimeout)),
+                Err(_) => return Err(Some(ConnRefusal::ProxyHeaderInvalid)),
             }
         }
     }
@@ -222,17 +225,21 @@ impl Conn {
                 };
                 if r.is_ok() && !first {
                     // Bytes of a new request: it starts on the newest config.
-                    match crate::generation::follow(&mut self.shard, self.li) {
-                        crate::generation::Follow::Stay => {}
-                        crate::generation::Follow::Move(li) => {
+                    match shard::follow(&mut self.shard, self.li) {
+                        shard::Follow::Stay => {}
+                        shard::Follow::Move(li) => {
                             self.li = li;
                             return HeadRead::Moved;
                         }
-                        crate::generation::Follow::Close => return HeadRead::Closed,
+                        shard::Follow::Close => return HeadRead::Closed,
                     }
                 }
                 match r {
-                    Ok(()) => self.x = Some(take_exchange(&shard, self.li)),
+                    Ok(()) => {
+                        if !self.hold_state().await {
+                            return HeadRead::Closed;
+                        }
+                    }
                     Err(e) if is_timeout(&e) && deadline.is_some() => return HeadRead::TimedOut,
                     Err(_) => return HeadRead::Closed,
                 }

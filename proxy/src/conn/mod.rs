@@ -1,4 +1,11 @@
-//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection.
+//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection; [`shard`] is the shard state a connection runs on.
+//!
+//! # The floor
+//!
+//! The exchange stands above the runtime, the upstreams, the HTTP pieces,
+//! the driver and observability, and imports only from them; the process
+//! floor (`process/`: the shard's executor, generations, admin) hands each
+//! accepted connection its [`shard::Shard`] and is never imported here.
 //!
 //! # Memory
 //!
@@ -10,7 +17,8 @@
 //! (more than the pool holds are freed). Buffers are mapped pages
 //! ([`crate::io::Buf`]), resident only as far as bytes were written into
 //! them, so a small request costs a page or two whatever the configured
-//! sizes.
+//! sizes. A request state that cannot be made (a mapping failed) refuses
+//! that one connection with a 503 (`zgix_request_state_refused_total`).
 
 mod admit;
 mod body;
@@ -18,6 +26,7 @@ pub mod client;
 mod forward;
 pub mod handshake;
 mod head;
+pub mod shard;
 pub mod slab;
 #[cfg(test)]
 mod tls_tests;
@@ -32,12 +41,13 @@ use std::time::Duration;
 use zgix_admission::{ClientId, ConnGuard};
 use zgix_parser::{ChunkedDecoder, ParseError, RequestHead, ResponseHead};
 
-use crate::filters::Walk;
+use crate::http::filters::Walk;
+use crate::http::respond::{status_for, write_refusal};
+use crate::http::wire;
 use crate::io::{Buf, Sock};
-use crate::metrics::{ConnRefusal, UpstreamError};
-use crate::respond::{status_for, write_refusal};
-use crate::shard::Shard;
-use crate::wire;
+use crate::observe::decision::UpstreamError;
+use crate::observe::metrics::ConnRefusal;
+use shard::Shard;
 
 pub use head::HeadScan;
 
@@ -85,7 +95,7 @@ pub struct Exchange {
     /// The access-log record of the current request, and what it needs of
     /// the head once the buffer holds body bytes: the method, the query,
     /// the client's byte counters when the head began.
-    rec: crate::access_log::Record,
+    rec: crate::observe::access_log::Record,
     rec_method: Vec<u8>,
     rec_query: Vec<u8>,
     rec_has_query: bool,
@@ -96,15 +106,25 @@ pub struct Exchange {
     walk_li: usize,
 }
 
+/// A request state's buffer, or why its memory could not be mapped.
+///
+/// `Buf::new` panics when the mapping fails; once the driver has
+/// `Buf::try_new(len) -> io::Result<Buf>`, this becomes `Buf::try_new(len)`
+/// and a failed mapping refuses one connection instead.
+fn state_buf(len: usize) -> std::io::Result<Buf> {
+    Ok(Buf::new(len))
+}
+
 impl Exchange {
-    fn new(shard: &Shard, li: usize) -> Box<Exchange> {
+    /// A new request state, or the error of a buffer that could not be made.
+    fn new(shard: &Shard, li: usize) -> std::io::Result<Box<Exchange>> {
         let rt = &shard.rt;
-        Box::new(Exchange {
-            cbuf: Buf::new(rt.client_buffer_bytes()),
+        Ok(Box::new(Exchange {
+            cbuf: state_buf(rt.client_buffer_bytes())?,
             cstart: 0,
             cend: 0,
             scan: HeadScan::default(),
-            ubuf: Buf::new(rt.upstream_buffer_bytes()),
+            ubuf: state_buf(rt.upstream_buffer_bytes())?,
             ustart: 0,
             uend: 0,
             out: Vec::with_capacity(rt.out_buffer_bytes()),
@@ -113,7 +133,7 @@ impl Exchange {
             req_chunked: ChunkedDecoder::new(u64::MAX),
             resp_chunked: ChunkedDecoder::new(u64::MAX),
             body_out: Vec::new(),
-            rec: crate::access_log::Record::new(
+            rec: crate::observe::access_log::Record::new(
                 li,
                 std::net::Ipv4Addr::UNSPECIFIED.into(),
                 ([0, 0, 0, 0], 0).into(),
@@ -127,7 +147,7 @@ impl Exchange {
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
             walk_li: li,
-        })
+        }))
     }
 
     /// Unhandled client bytes (a pipelined request) are left.
@@ -136,8 +156,9 @@ impl Exchange {
     }
 }
 
-/// Takes a request state from the shard's pool (or makes one).
-fn take_exchange(shard: &Shard, li: usize) -> Box<Exchange> {
+/// Takes a request state from the shard's pool (or makes one; that fails
+/// when its buffers cannot be mapped).
+fn take_exchange(shard: &Shard, li: usize) -> std::io::Result<Box<Exchange>> {
     let out = shard.exchanges_out.get() + 1;
     shard.exchanges_out.set(out);
     if out > shard.exchanges_peak.get() {
@@ -153,9 +174,11 @@ fn take_exchange(shard: &Shard, li: usize) -> Box<Exchange> {
                     .new_walk(shard.rt.config.limits.max_request_line);
                 x.walk_li = li;
             }
-            x
+            Ok(x)
         }
-        None => Exchange::new(shard, li),
+        None => Exchange::new(shard, li).inspect_err(|_| {
+            shard.exchanges_out.set(shard.exchanges_out.get() - 1);
+        }),
     }
 }
 
@@ -242,7 +265,8 @@ pub struct Conn {
     /// the connection ends (dropping the `Conn` releases it).
     conn_slot: Option<ConnGuard>,
     conn_checked: bool,
-    /// Whether any byte of the current response reached the client.
+    /// Whether any byte of the current final response reached the client
+    /// (a relayed 1xx does not count: a final answer may still follow it).
     sent: bool,
     /// The current request's state; `None` while idle.
     x: Option<Box<Exchange>>,
@@ -295,7 +319,10 @@ impl Conn {
         let lst = &shard.rt.listeners[self.li];
         if lst.proxy_protocol {
             if let Err(why) = self.read_proxy_header().await {
-                shard.counters.refused(why);
+                // `None`: refused for want of a request state, answered.
+                if let Some(why) = why {
+                    shard.counters.refused(why);
+                }
                 return;
             }
         }
@@ -316,7 +343,10 @@ impl Conn {
                     if self.x.as_ref().is_some_and(|x| x.has_pending()) {
                         let tx0 = self.client.bytes_written();
                         self.refuse(408, None).await;
-                        self.record_unparsed(crate::decision::Decision::ClientTimeout, tx0);
+                        self.record_unparsed(
+                            crate::observe::decision::Decision::ClientTimeout,
+                            tx0,
+                        );
                         self.close_gracefully().await;
                     }
                     return;
@@ -324,7 +354,7 @@ impl Conn {
                 head::HeadRead::Bad(e) => {
                     let tx0 = self.client.bytes_written();
                     self.refuse(status_for(e), None).await;
-                    self.record_unparsed(crate::decision::Decision::BadRequest(e), tx0);
+                    self.record_unparsed(crate::observe::decision::Decision::BadRequest(e), tx0);
                     self.close_gracefully().await;
                     return;
                 }
@@ -350,10 +380,11 @@ impl Conn {
     /// closes the connection (`close_gracefully`).
     async fn refuse(&mut self, status: u16, retry_after: Option<u64>) {
         let shard = self.shard.clone();
-        if self.x.is_none() {
-            self.x = Some(take_exchange(&shard, self.li));
+        if !self.hold_state().await {
+            // Answered 503 instead: no state to write `status` from.
+            return;
         }
-        let x = self.x.as_mut().expect("just set");
+        let x = self.x.as_mut().expect("just held");
         x.rec.status = status;
         write_refusal(&mut x.out, status, retry_after);
         shard.counters.response(self.li, status);
@@ -366,17 +397,67 @@ impl Conn {
     /// could destroy the response in flight (the "lingering close" of nginx).
     async fn close_gracefully(&mut self) {
         self.client.shutdown_write();
-        self.client.set_read_timeout(Some(LINGER));
         let shard = self.shard.clone();
         if self.x.is_none() {
-            self.x = Some(take_exchange(&shard, self.li));
+            match take_exchange(&shard, self.li) {
+                Ok(x) => self.x = Some(x),
+                // No request state: drain into a small buffer of its own.
+                Err(_) => return linger(&self.client, &shard, &mut vec![0; 4096]).await,
+            }
         }
         let x = self.x.as_mut().expect("just set");
-        let mut drained = 0usize;
-        while drained < LINGER_BYTES {
-            match self.client.read(&mut x.cbuf[..]).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
+        linger(&self.client, &shard, &mut x.cbuf[..]).await;
+    }
+}
+
+/// Drains what the client still sends into `buf` until it closes, for at
+/// most [`LINGER`] in all and [`LINGER_BYTES`].
+async fn linger(client: &Sock, shard: &Shard, buf: &mut [u8]) {
+    let until = shard.driver.now() + LINGER;
+    let mut drained = 0usize;
+    while drained < LINGER_BYTES {
+        // One deadline for the whole drain, not one per read: a client
+        // trickling bytes must not hold the connection.
+        let left = until.saturating_duration_since(shard.driver.now());
+        if left.is_zero() {
+            break;
+        }
+        client.set_read_timeout(Some(left));
+        match client.read(buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+impl Conn {
+    /// Makes sure a request state is held. When none can be made (its
+    /// buffers could not be mapped) this one connection is answered 503 with
+    /// `connection: close`, counted (`zgix_request_state_refused_total`) and
+    /// `false` returned: the caller closes it, the shard goes on.
+    async fn hold_state(&mut self) -> bool {
+        if self.x.is_some() {
+            return true;
+        }
+        let shard = self.shard.clone();
+        match take_exchange(&shard, self.li) {
+            Ok(x) => {
+                self.x = Some(x);
+                true
+            }
+            Err(e) => {
+                crate::log_warn!("conn", "cannot make a request state ({e}): answering 503");
+                shard.counters.engine.request_state_refused.inc();
+                let mut out = Vec::new();
+                write_refusal(&mut out, 503, None);
+                shard.counters.response(self.li, 503);
+                self.sent = true;
+                let _ = self.client.write_all(&out).await;
+                // The caller closes without `close_gracefully`, which would
+                // try again: drain here so unread bytes do not reset the 503.
+                self.client.shutdown_write();
+                linger(&self.client, &shard, &mut vec![0; 4096]).await;
+                false
             }
         }
     }
@@ -390,7 +471,12 @@ impl Drop for Conn {
     }
 }
 
-/// How long and how much a closing connection is drained (see `close_gracefully`).
+/// How long in all and how much a closing connection is drained (see
+/// `close_gracefully`). 500 ms is a few round trips even on a slow path, time
+/// for the request bytes already in flight when the answer left (what the
+/// drain is for), and short enough that a client trickling bytes holds a
+/// closing connection no longer than that, however it spaces them (nginx's
+/// `lingering_time` is likewise a total).
 const LINGER: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 1 << 20;
 

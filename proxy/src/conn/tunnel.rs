@@ -8,7 +8,7 @@ use futures_lite::future::zip;
 
 use super::{is_timeout, Conn, Next};
 use crate::io::{Buf, Sock};
-use crate::metrics::Counter;
+use crate::observe::counter::Counter;
 
 /// One direction of a tunnel: reads `from`, writes `to`; on EOF half-closes
 /// `to`. A read that times out ends the direction only if the other one was

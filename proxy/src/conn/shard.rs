@@ -1,0 +1,180 @@
+//! A shard's state as its connections see it: the runtime of its generation, its upstream pool and balancer, its counters and access-log ring, the connection cap, the pooled request states, and the way to the next generation.
+//!
+//! The shard's executor (`process::shard`) makes one [`Shard`] per
+//! configuration generation and hands it to each connection it accepts; the
+//! exchange takes what it needs from it and never reaches back up.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::sync::{Gate, Semaphore};
+use zgix_parser::{RequestParser, ResponseParser};
+
+use crate::io::Driver;
+use crate::observe::metrics::ShardCounters;
+use crate::runtime::Runtime;
+use crate::upstream::pool::Pool;
+
+/// Everything one shard owns. Shared by its tasks through `Rc`: never sent to
+/// another thread.
+pub struct Shard {
+    pub id: usize,
+    pub rt: Arc<Runtime>,
+    pub counters: Arc<ShardCounters>,
+    pub pool: Pool,
+    /// Endpoint choice per cluster (weights, least_conn, rendezvous).
+    pub balancer: crate::upstream::lb::Balancer,
+    /// This shard's per-endpoint counters.
+    pub up: Arc<crate::upstream::metrics::ShardUpstream>,
+    /// Resolver generations seen, so moved endpoints' pooled connections go.
+    pub seen: crate::upstream::resolver::SeenGenerations,
+    /// This shard's access-log ring, when the access log is on.
+    pub access_log: Option<crate::observe::access_log::ShardLog>,
+    /// Set once the shard drains (shared by its generations).
+    pub draining: Rc<Cell<bool>>,
+    /// Never holds permits: closing it wakes every task waiting on it (the
+    /// drain closes every generation's).
+    pub shutdown: Semaphore,
+    /// Every connection task of every generation passes through it, so a
+    /// drain can wait for them.
+    pub gate: Rc<Gate>,
+    pub req_parser: RequestParser,
+    pub resp_parser: ResponseParser,
+    /// The socket driver every client, upstream and listening socket of
+    /// this shard (and every timer) runs on.
+    pub driver: Rc<Driver>,
+    /// Client connections open on this shard, and its share of
+    /// `limits.max_connections`.
+    pub open_connections: Rc<Cell<usize>>,
+    pub max_connections: usize,
+    /// The most connections open since the last memory trim (all generations).
+    pub connections_high: Rc<Cell<usize>>,
+    /// Accept loops paused at the cap wait here for a connection to close.
+    pub capacity_waiters: Rc<RefCell<Vec<std::task::Waker>>>,
+    /// Request states kept for reuse (see `conn::Exchange`), how many are
+    /// out now, and the most out at once since the last tick trimmed the pool.
+    pub exchanges: RefCell<Vec<Box<crate::conn::Exchange>>>,
+    pub exchanges_out: Cell<usize>,
+    pub exchanges_peak: Cell<usize>,
+    /// Blocks the request-handling futures run in (see `conn::slab`).
+    pub request_futures: crate::conn::slab::FutureSlab,
+    /// Requests being handled on this shard, all generations (see
+    /// [`Shard::request_started`]); what a drain cut at its deadline.
+    pub in_flight: Rc<Cell<usize>>,
+    /// The configuration generation this shard state belongs to (1 at start).
+    pub generation: u64,
+    /// The next generation, once a reload made one (see [`crate::process::generation`]).
+    pub successor: RefCell<Option<Rc<Shard>>>,
+}
+
+impl Shard {
+    /// A shard state for `rt`; `prev` is the generation it follows, whose
+    /// connection count, gate, drain flag and in-flight count it shares.
+    pub fn new(
+        id: usize,
+        rt: Arc<Runtime>,
+        driver: Rc<Driver>,
+        prev: Option<&Shard>,
+        generation: u64,
+    ) -> Shard {
+        let l = &rt.config.limits;
+        let shards = rt.metrics.shards.len();
+        Shard {
+            id,
+            counters: rt.metrics.shards[id].clone(),
+            pool: Pool::new(
+                rt.up.endpoints.len(),
+                l.upstream_pool_idle_per_endpoint,
+                rt.timeouts.upstream_pool_idle,
+            ),
+            balancer: crate::upstream::lb::Balancer::new(&rt.up, id),
+            up: rt.up.upstream_stats.shards[id].clone(),
+            seen: crate::upstream::resolver::SeenGenerations::new(&rt.up),
+            access_log: rt
+                .access_log
+                .as_ref()
+                .map(|a| a.shard(id, rt.metrics.shards[id].clone(), l.max_request_line)),
+            draining: prev.map_or_else(Default::default, |p| p.draining.clone()),
+            shutdown: Semaphore::new(0),
+            gate: prev.map_or_else(|| Rc::new(Gate::new()), |p| p.gate.clone()),
+            req_parser: RequestParser::new(rt.request_limits),
+            resp_parser: ResponseParser::new(
+                l.max_response_header_bytes,
+                rt.response_max_headers(),
+            ),
+            driver,
+            open_connections: prev.map_or_else(Default::default, |p| p.open_connections.clone()),
+            max_connections: rt.max_connections.div_ceil(shards.max(1)).max(1),
+            connections_high: prev.map_or_else(Default::default, |p| p.connections_high.clone()),
+            capacity_waiters: prev.map_or_else(Default::default, |p| p.capacity_waiters.clone()),
+            exchanges: RefCell::new(Vec::with_capacity(rt.config.io.idle_exchanges)),
+            exchanges_out: Cell::new(0),
+            exchanges_peak: Cell::new(0),
+            request_futures: Default::default(),
+            in_flight: prev.map_or_else(Default::default, |p| p.in_flight.clone()),
+            generation,
+            successor: RefCell::new(None),
+            rt,
+        }
+    }
+
+    /// A request started (its head is parsed): counted until the guard drops.
+    pub fn request_started(&self) -> InFlight<'_> {
+        self.in_flight.set(self.in_flight.get() + 1);
+        InFlight(&self.in_flight)
+    }
+
+    /// A connection closed: wake an accept loop paused at the cap.
+    pub fn connection_closed(&self) {
+        self.open_connections.set(self.open_connections.get() - 1);
+        for w in self.capacity_waiters.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// An [`InFlight`] guard: one request being handled (see [`Shard::request_started`]).
+pub struct InFlight<'a>(&'a Cell<usize>);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// Where a connection goes between two requests after a reload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// No newer generation: stay.
+    Stay,
+    /// Serve the next request on the newest generation, as listener `index`.
+    Move(usize),
+    /// The connection's listener is gone from the config: close it.
+    Close,
+}
+
+/// Finds the newest generation after `shard` and the connection's listener
+/// in it (by its configured `bind`). Called by a connection between two
+/// requests, holding no request state; on `Move` it replaces its
+/// `Rc<Shard>` with `*shard` and its listener index with the one returned.
+pub fn follow(shard: &mut Rc<Shard>, li: usize) -> Follow {
+    let Some(mut newest) = shard.successor.borrow().clone() else {
+        return Follow::Stay;
+    };
+    loop {
+        let next = newest.successor.borrow().clone();
+        match next {
+            Some(n) => newest = n,
+            None => break,
+        }
+    }
+    let key = shard.rt.listeners[li].bind;
+    match newest.rt.listeners.iter().position(|l| l.bind == key) {
+        Some(index) => {
+            *shard = newest;
+            Follow::Move(index)
+        }
+        None => Follow::Close,
+    }
+}

@@ -1,0 +1,382 @@
+//! Rewriting heads on the way through: the request head sent upstream and the response head sent to the client.
+
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use zgix_parser::{Header, HeaderKind, RequestHead, ResponseHead, Version};
+
+use crate::http::filters::{FiltersRt, Walk};
+
+/// A client address as text, formatted once per connection: X-Forwarded-For
+/// is written on every request.
+#[derive(Clone, Copy)]
+pub struct IpText {
+    /// Long enough for any IPv6 text form (45 bytes, with an embedded IPv4).
+    buf: [u8; 45],
+    len: u8,
+}
+
+impl IpText {
+    pub fn new(ip: IpAddr) -> IpText {
+        let mut buf = [0u8; 45];
+        let mut cur = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(cur, "{ip}");
+        let len = cur.position() as u8;
+        IpText { buf, len }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+/// Writes the head zgix sends upstream into `out` (cleared first).
+///
+/// - The request line carries the canonical path (unreserved characters
+///   decoded, dot-segments removed: what every matcher saw) and the raw query,
+///   always as HTTP/1.1 origin-form (RFC 9112 §3.2.1); an absolute-form target's
+///   authority replaces Host (RFC 9112 §3.2.2).
+/// - Hop-by-hop fields are dropped: Connection and every field it names,
+///   Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection (RFC 9110 §7.6.1).
+///   Expect is dropped too: zgix answers 100-continue itself.
+/// - Content-Length is sent once, with the one value the parser agreed on: RFC
+///   9112 §6.3 rule 5 accepts `Content-Length: 5, 5` (or two equal fields) only
+///   from a recipient that replaces them with a single value.
+/// - X-Forwarded-For fields are folded into one, with the client appended last.
+/// - An HTTP/1.0 request without Host gets the endpoint's address as Host.
+/// - `edits`, when request_filters matched: the rewritten path, and header
+///   removals/sets/adds, applied after zgix's own stripping.
+/// - `via`: `Via: 1.x <via>` closes the head, after any Via fields the client
+///   sent (RFC 9110 §7.6.3: a proxy appends its entry; a second field line is
+///   the same list, §5.3). `1.x` is the version the client spoke.
+///
+/// `base` is the client buffer the head's spans point into.
+pub fn write_request_head_via(
+    out: &mut Vec<u8>,
+    base: &[u8],
+    req: &RequestHead,
+    client: &IpText,
+    endpoint: SocketAddr,
+    edits: Option<(&FiltersRt, &Walk)>,
+    via: Option<&[u8]>,
+) {
+    out.clear();
+    out.extend_from_slice(req.method_span.get(base));
+    out.push(b' ');
+    match edits {
+        Some((_, w)) if w.rewritten => out.extend_from_slice(&w.path),
+        _ => out.extend_from_slice(&req.canonical_path),
+    }
+    if let Some(q) = req.query {
+        out.push(b'?');
+        out.extend_from_slice(q.get(base));
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut length = req.content_length;
+    for h in req.headers.iter() {
+        match h.kind {
+            HeaderKind::Connection
+            | HeaderKind::HopByHop
+            | HeaderKind::Expect
+            | HeaderKind::XForwardedFor => continue,
+            HeaderKind::Host if req.authority.is_some() => continue,
+            _ => {}
+        }
+        if let Some((f, w)) = edits {
+            if f.request_drops(w, h.name.get(base)) {
+                continue;
+            }
+        }
+        field(out, base, h, &mut length);
+    }
+    if let Some(a) = req.authority {
+        out.extend_from_slice(b"Host: ");
+        out.extend_from_slice(a.get(base));
+        out.extend_from_slice(b"\r\n");
+    } else if req.host.is_none() {
+        let _ = write!(out, "Host: {endpoint}\r\n");
+    }
+    if let Some((f, w)) = edits {
+        f.write_request_additions(w, out);
+    }
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    // A filter that removes X-Forwarded-For drops the client-supplied values.
+    let keep_previous = match edits {
+        Some((f, w)) => !f.request_drops(w, b"x-forwarded-for"),
+        None => true,
+    };
+    for h in req.headers.iter() {
+        if keep_previous && h.kind == HeaderKind::XForwardedFor {
+            let v = h.value.get(base);
+            if !v.is_empty() {
+                out.extend_from_slice(v);
+                out.extend_from_slice(b", ");
+            }
+        }
+    }
+    out.extend_from_slice(client.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    via_field(out, req.version, via);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How the response head must frame the exchange with the client.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientFraming {
+    /// zgix keeps the client connection after this response.
+    pub keep: bool,
+    /// The client spoke HTTP/1.0.
+    pub http10: bool,
+    /// The chunked body is being de-chunked (for an HTTP/1.0 client).
+    pub dechunk: bool,
+}
+
+/// Writes the head zgix sends the client into `out` (cleared first): the
+/// upstream's status and reason, its fields minus hop-by-hop ones, a single
+/// Content-Length (see [`write_request_head_via`]), zgix's Via entry after the
+/// origin's (the version the origin spoke), and zgix's own Connection field:
+/// `close` when zgix closes after this response, `keep-alive` for an HTTP/1.0
+/// client that keeps its connection (RFC 9112 §9.3). When de-chunking for an
+/// HTTP/1.0 client, Transfer-Encoding goes too.
+pub fn write_response_head_via(
+    out: &mut Vec<u8>,
+    base: &[u8],
+    resp: &ResponseHead,
+    framing: ClientFraming,
+    edits: Option<(&FiltersRt, &Walk)>,
+    via: Option<&[u8]>,
+) {
+    status_line(out, base, resp);
+    let mut length = resp.content_length;
+    for h in resp.headers.iter() {
+        match h.kind {
+            HeaderKind::Connection | HeaderKind::HopByHop => continue,
+            HeaderKind::TransferEncoding if framing.dechunk => continue,
+            _ => {}
+        }
+        if let Some((f, w)) = edits {
+            if f.response_drops(w, h.name.get(base)) {
+                continue;
+            }
+        }
+        field(out, base, h, &mut length);
+    }
+    if let Some((f, w)) = edits {
+        f.write_response_additions(w, out);
+    }
+    via_field(out, resp.version, via);
+    if !framing.keep {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if framing.http10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes an interim (1xx) head zgix relays to the client into `out` (cleared
+/// first), from `resp` as the response parser read it (with the same
+/// strictness as a final head: obs-fold, bare CR, NUL, a bad field are 502).
+///
+/// RFC 9110 §15.2: a proxy forwards 1xx responses, and it must not forward
+/// hop-by-hop fields in any message (§7.6.1), so Connection and the fields it
+/// names, Keep-Alive, Upgrade and the rest are dropped. So are Content-Length
+/// and Transfer-Encoding, which a 1xx must not carry (RFC 9110 §8.6, RFC 9112
+/// §6.1) and which mean nothing in a head without a body. Every line ends in
+/// CRLF whatever the origin used. Via as for final heads.
+pub fn write_interim_head(out: &mut Vec<u8>, base: &[u8], resp: &ResponseHead, via: Option<&[u8]>) {
+    status_line(out, base, resp);
+    for h in resp.headers.iter() {
+        match h.kind {
+            HeaderKind::Connection
+            | HeaderKind::HopByHop
+            | HeaderKind::ContentLength
+            | HeaderKind::TransferEncoding => continue,
+            _ => {}
+        }
+        let mut none = None;
+        field(out, base, h, &mut none);
+    }
+    via_field(out, resp.version, via);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Clears `out` and writes `HTTP/1.1 <status> <reason>`: zgix speaks 1.1 to
+/// every client (RFC 9110 §6.2), whatever the origin's version.
+fn status_line(out: &mut Vec<u8>, base: &[u8], resp: &ResponseHead) {
+    out.clear();
+    let _ = write!(out, "HTTP/1.1 {} ", resp.status);
+    out.extend_from_slice(resp.reason.get(base));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// One forwarded field line. Content-Length fields become one line carrying
+/// `length`, written at the first of them (`length` is then taken).
+fn field(out: &mut Vec<u8>, base: &[u8], h: &Header, length: &mut Option<u64>) {
+    if h.kind == HeaderKind::ContentLength {
+        let Some(n) = length.take() else { return };
+        out.extend_from_slice(h.name.get(base));
+        let _ = write!(out, ": {n}\r\n");
+        return;
+    }
+    out.extend_from_slice(h.name.get(base));
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(h.value.get(base));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Via: 1.0 <name>` or `Via: 1.1 <name>`: RFC 9110 §7.6.3 received-protocol is
+/// the version of the message as zgix received it (the protocol name is
+/// omitted for HTTP).
+fn via_field(out: &mut Vec<u8>, received: Version, via: Option<&[u8]>) {
+    let Some(name) = via else { return };
+    out.extend_from_slice(match received {
+        Version::Http10 => b"Via: 1.0 ",
+        Version::Http11 => b"Via: 1.1 ",
+    });
+    out.extend_from_slice(name);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zgix_parser::{Limits, Method, RequestParser, ResponseParser, Status};
+
+    const EP: &str = "127.0.0.1:9000";
+
+    /// The head zgix sends upstream for the raw request `raw`.
+    fn upstream(raw: &str, via: Option<&[u8]>) -> String {
+        let limits: Limits = zgix_config::Limits::default().request_limits();
+        let mut head = RequestHead::new(&limits);
+        let r = RequestParser::new(limits).parse(raw.as_bytes(), &mut head);
+        assert_eq!(r, Ok(Status::Complete(())), "{raw:?}");
+        let client = IpText::new("203.0.113.7".parse().unwrap());
+        let mut out = Vec::new();
+        let ep = EP.parse().unwrap();
+        write_request_head_via(&mut out, raw.as_bytes(), &head, &client, ep, None, via);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn parse_response(raw: &str) -> ResponseHead {
+        let mut head = ResponseHead::new(100);
+        let r = ResponseParser::new(65536, 100).parse(raw.as_bytes(), Method::Get, &mut head);
+        assert_eq!(r, Ok(Status::Complete(())), "{raw:?}");
+        head
+    }
+
+    /// The head zgix sends the client for the raw (final) response `raw`.
+    fn downstream(raw: &str, via: Option<&[u8]>) -> String {
+        let head = parse_response(raw);
+        let mut out = Vec::new();
+        let framing = ClientFraming {
+            keep: true,
+            http10: false,
+            dechunk: false,
+        };
+        write_response_head_via(&mut out, raw.as_bytes(), &head, framing, None, via);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn content_length_lists_are_forwarded_as_one_value() {
+        let want = "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX: y\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n";
+        for cl in [
+            "Content-Length: 5, 5",
+            "Content-Length: 5 ,5,5",
+            "Content-Length: 5\r\nContent-Length: 5",
+            "Content-Length: 5\r\nContent-Length: 5, 5",
+            "Content-Length: 005",
+        ] {
+            let raw = format!("POST /up HTTP/1.1\r\nHost: a\r\n{cl}\r\nX: y\r\n\r\n");
+            assert_eq!(upstream(&raw, None), want, "{cl:?}");
+        }
+        // The field keeps its place and its name's spelling.
+        let raw = "POST / HTTP/1.1\r\ncontent-length: 0\r\nHost: a\r\n\r\n";
+        assert!(
+            upstream(raw, None).starts_with("POST / HTTP/1.1\r\ncontent-length: 0\r\nHost: a\r\n")
+        );
+        // Responses too.
+        let raw = "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok";
+        assert_eq!(
+            downstream(raw, None),
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn forwarded_path_is_the_canonical_one() {
+        let raw = "GET /public/%2e%2E/%61dmin/./x?a=%2e%2e/ HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert!(upstream(raw, None).starts_with("GET /admin/x?a=%2e%2e/ HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn via_is_appended_with_the_received_version() {
+        let raw = "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 cdn\r\n\r\n";
+        assert_eq!(
+            upstream(raw, Some(b"zgix")),
+            "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 cdn\r\nX-Forwarded-For: 203.0.113.7\r\nVia: 1.1 zgix\r\n\r\n"
+        );
+        let raw = "GET / HTTP/1.0\r\n\r\n";
+        assert_eq!(
+            upstream(raw, Some(b"edge")),
+            format!("GET / HTTP/1.1\r\nHost: {EP}\r\nX-Forwarded-For: 203.0.113.7\r\nVia: 1.0 edge\r\n\r\n")
+        );
+        assert!(!upstream(raw, None).contains("Via"));
+        let raw = "HTTP/1.0 200 OK\r\nVia: 1.1 origin-cache\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            downstream(raw, Some(b"zgix")),
+            "HTTP/1.1 200 OK\r\nVia: 1.1 origin-cache\r\nContent-Length: 0\r\nVia: 1.0 zgix\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn interim_heads_lose_hop_by_hop_and_framing_fields() {
+        let mut out = Vec::new();
+        for framing in ["Content-Length: 0", "Transfer-Encoding: chunked"] {
+            let raw = format!("HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nConnection: x-hop, close\r\nX-Hop: 1\r\nKeep-Alive: 5\r\nUpgrade: h2c\r\n{framing}\r\n\r\n");
+            let head = parse_response(&raw);
+            write_interim_head(&mut out, raw.as_bytes(), &head, Some(b"zgix"));
+            assert_eq!(
+                out,
+                b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nVia: 1.1 zgix\r\n\r\n"
+            );
+        }
+        // An origin's bare LF line ends become CRLF.
+        let raw = "HTTP/1.1 102 Processing\nX-A: 1\n\n";
+        let head = parse_response(raw);
+        write_interim_head(&mut out, raw.as_bytes(), &head, None);
+        assert_eq!(out, b"HTTP/1.1 102 Processing\r\nX-A: 1\r\n\r\n");
+    }
+
+    #[test]
+    fn interim_heads_are_parsed_as_strictly_as_final_ones() {
+        let parser = ResponseParser::new(65536, 100);
+        let mut head = ResponseHead::new(100);
+        for status in ["103 Early Hints", "200 OK"] {
+            for bad in ["X: a\r\n b", "X : a", "X: a\rb", "X: a\0b", "X\r\n"] {
+                let raw = format!("HTTP/1.1 {status}\r\n{bad}\r\n\r\n");
+                assert!(
+                    parser
+                        .parse(raw.as_bytes(), Method::Get, &mut head)
+                        .is_err(),
+                    "{raw:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ip_text_matches_display_for_every_form() {
+        for ip in [
+            "203.0.113.7",
+            "255.255.255.255",
+            "2001:db8::1",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "::ffff:255.255.255.255",
+            "::",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(IpText::new(ip).as_bytes(), ip.to_string().as_bytes());
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Tests for the access log: both formats, escaping, drops, the writer and reopen.
+
+use super::*;
+use crate::observe::decision::UpstreamError;
+use crate::runtime::Runtime;
+use zgix_config::Config;
+use zgix_parser::ParseError;
+
+const CONFIG: &str = r#"{ "cpus": [0],
+  "access_log": { "path": "-", "buffer_bytes": 512 },
+  "listeners": [
+    { "bind": "127.0.0.1:8080", "name": "public", "http": { "cluster": "api",
+      "request_filters": [
+        { "name": "old \"api\"", "match": { "path": { "prefix": "/old" } },
+          "action": { "redirect": { "status": 302, "location": "/new" } } },
+        { "match": { "path": { "prefix": "/gone" } }, "action": { "reject": { "status": 410 } } } ] } },
+    { "bind": "127.0.0.1:8081", "access_log": false, "http": { "cluster": "api" } } ],
+  "clusters": { "api": { "endpoints": ["127.0.0.1:9000"] } } }"#;
+
+fn runtime(edit: impl FnOnce(&mut Config)) -> Runtime {
+    let mut c = Config::from_json(CONFIG).unwrap();
+    edit(&mut c);
+    Runtime::new(c, 1)
+}
+
+fn forwarded() -> Record {
+    Record {
+        start_unix_ms: 1_798_761_600_042,
+        client: "192.0.2.7".parse().unwrap(),
+        peer: "10.0.0.1:40000".parse().unwrap(),
+        listener: 0,
+        version: Some(Version::Http11),
+        status: 200,
+        bytes_in: 78,
+        bytes_out: 1234,
+        duration_us: 1_500,
+        upstream: Some(0),
+        upstream_us: Some(1_234),
+        retries: 1,
+        decision: Decision::Forwarded,
+    }
+}
+
+const GET: Target<'static> = Target {
+    method: b"GET",
+    path: b"/a/b",
+    query: Some(b"x=1&y=\"2\""),
+};
+
+fn line(rt: &Runtime, format: AccessLogFormat, query: bool, r: &Record, t: &Target) -> String {
+    let mut out = Vec::new();
+    write_line(&mut out, format, query, rt, &SecondCache::new(), r, t);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn text_line_is_combined_log_style() {
+    let rt = runtime(|_| {});
+    assert_eq!(
+        line(&rt, AccessLogFormat::Text, true, &forwarded(), &GET),
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" 200 78 1234 1.500 \"127.0.0.1:9000\" 1.234 1 \"forwarded\"\n"
+    );
+    // Query dropped by config; a refusal has no upstream; control bytes and
+    // non-ASCII are escaped so the line stays one line.
+    let r = Record {
+        status: 400,
+        upstream: None,
+        upstream_us: None,
+        retries: 0,
+        decision: Decision::BadRequest(ParseError::BadFraming),
+        ..forwarded()
+    };
+    let t = Target {
+        method: b"GET",
+        path: b"/\n\xff\\",
+        query: Some(b"q"),
+    };
+    assert_eq!(
+        line(&rt, AccessLogFormat::Text, false, &r, &t),
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /\\x0A\\xFF\\\\ HTTP/1.1\" 400 78 1234 1.500 - - 0 \"bad_request:bad_framing\"\n"
+    );
+    // No request line understood: the request field is "-".
+    let r = Record { version: None, ..r };
+    let l = line(&rt, AccessLogFormat::Text, true, &r, &Target::default());
+    assert!(l.contains(" \"public\" \"-\" 400 "), "{l}");
+    // A named filter's quotes are escaped inside the decision.
+    let r = Record {
+        decision: Decision::Filter(0),
+        status: 302,
+        ..r
+    };
+    let l = line(&rt, AccessLogFormat::Text, true, &r, &GET);
+    assert!(l.ends_with(" \"filter:old \\\"api\\\"\"\n"), "{l}");
+}
+
+fn parsed(l: &str) -> serde_json::Value {
+    assert!(
+        l.ends_with('\n') && !l[..l.len() - 1].contains('\n'),
+        "{l:?}"
+    );
+    serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+}
+
+#[test]
+fn json_line_parses_with_every_field() {
+    let rt = runtime(|_| {});
+    let v = parsed(&line(&rt, AccessLogFormat::Json, true, &forwarded(), &GET));
+    let want = serde_json::json!({
+        "time": "2027-01-01T00:00:00.042Z", "client": "192.0.2.7", "peer": "10.0.0.1:40000",
+        "listener": "public", "method": "GET", "path": "/a/b", "query": "x=1&y=\"2\"",
+        "version": "HTTP/1.1", "status": 200, "bytes_in": 78, "bytes_out": 1234,
+        "duration_ms": 1.5, "upstream": "127.0.0.1:9000", "upstream_ms": 1.234,
+        "retries": 1, "decision": "forwarded"
+    });
+    assert_eq!(v, want);
+
+    let r = Record {
+        status: 502,
+        upstream_us: None,
+        decision: Decision::UpstreamError(UpstreamError::ConnectRefused),
+        ..forwarded()
+    };
+    let t = Target {
+        method: b"GET",
+        path: b"/\x01caf\xc3\xa9",
+        query: None,
+    };
+    let v = parsed(&line(&rt, AccessLogFormat::Json, true, &r, &t));
+    assert_eq!(v["path"], "/\u{1}café", "valid UTF-8 stays as it is");
+    assert_eq!(v["query"], serde_json::Value::Null);
+    assert_eq!(v["upstream_ms"], serde_json::Value::Null);
+    assert_eq!(v["decision"], "upstream_error:connect_refused");
+
+    let t = Target {
+        method: b"GET",
+        path: b"/\xff",
+        query: Some(b"a"),
+    };
+    let r = Record {
+        decision: Decision::Filter(1),
+        ..r
+    };
+    let v = parsed(&line(&rt, AccessLogFormat::Json, false, &r, &t));
+    assert_eq!(
+        v["path"], "/\u{ff}",
+        "a non-UTF-8 byte becomes its code point"
+    );
+    assert_eq!(v["query"], serde_json::Value::Null, "query off");
+    assert_eq!(v["decision"], "filter:#1", "an unnamed filter by index");
+    let v = parsed(&line(
+        &rt,
+        AccessLogFormat::Json,
+        true,
+        &Record {
+            decision: Decision::Filter(0),
+            ..r
+        },
+        &Target::default(),
+    ));
+    assert_eq!(v["decision"], "filter:old \"api\"");
+    assert_eq!(v["method"], serde_json::Value::Null);
+}
+
+/// An access log without a writer thread, so the ring fills deterministically.
+fn detached(rt: &Runtime) -> (AccessLog, ShardLog) {
+    let cfg = rt.config.access_log.as_ref().unwrap();
+    let shared = Arc::new(Shared {
+        path: cfg.path.clone(),
+        format: cfg.format,
+        query: cfg.query,
+        rings: vec![Arc::new(Ring::new(cfg.buffer_bytes))],
+        reopen: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        woken: AtomicBool::new(false),
+        writer: OnceLock::new(),
+    });
+    let log = AccessLog {
+        shared,
+        thread: Mutex::new(None),
+    };
+    let shard = log.shard(0, rt.metrics.shards[0].clone(), 8192);
+    (log, shard)
+}
+
+#[test]
+fn a_full_ring_drops_and_counts_lines_without_growing_the_buffer() {
+    let rt = runtime(|_| {});
+    let (log, shard) = detached(&rt);
+    let len = line(&rt, AccessLogFormat::Text, true, &forwarded(), &GET).len();
+    let cap_before = shard.line.borrow().capacity();
+    for _ in 0..10 {
+        shard.emit(&rt, &forwarded(), &GET);
+    }
+    let c = &rt.metrics.shards[0];
+    let fit = (512 / len) as u64;
+    assert_eq!(c.access_log_lines.get(), fit);
+    assert_eq!(c.access_log_dropped.get(), 10 - fit);
+    assert_eq!(shard.line.borrow().capacity(), cap_before);
+    // Listener 1 has `access_log: false`: nothing queued, nothing dropped.
+    shard.emit(
+        &rt,
+        &Record {
+            listener: 1,
+            ..forwarded()
+        },
+        &GET,
+    );
+    assert_eq!(c.access_log_lines.get() + c.access_log_dropped.get(), 10);
+    // Drained, the ring takes lines again.
+    let n = log.shared.rings[0].drain(|_, _| {});
+    assert_eq!(n, fit as usize * len);
+    shard.emit(&rt, &forwarded(), &GET);
+    assert_eq!(c.access_log_lines.get(), fit + 1);
+}
+
+fn temp_path(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "zgix-access-{tag}-{}-{}.log",
+        std::process::id(),
+        crate::observe::clock::unix_ms()
+    ))
+}
+
+#[test]
+fn the_writer_appends_every_line_and_reopens_after_rotation() {
+    let path = temp_path("rotate");
+    let rotated = path.with_extension("log.1");
+    let rt = runtime(|c| {
+        let log = c.access_log.as_mut().unwrap();
+        log.path = path.to_string_lossy().into_owned();
+        log.format = AccessLogFormat::Json;
+        log.buffer_bytes = 64 << 10;
+    });
+    let log = AccessLog::start(rt.config.access_log.as_ref().unwrap(), 1).unwrap();
+    let shard = log.shard(0, rt.metrics.shards[0].clone(), 8192);
+    shard.emit(&rt, &forwarded(), &GET);
+    std::fs::rename(&path, &rotated).unwrap();
+    log.reopen();
+    shard.emit(
+        &rt,
+        &Record {
+            status: 429,
+            decision: Decision::RateLimited,
+            ..forwarded()
+        },
+        &GET,
+    );
+    log.stop();
+    let new = std::fs::read_to_string(&path).unwrap();
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&rotated);
+    let statuses = |s: &str| -> Vec<u64> {
+        s.lines()
+            .map(|l| parsed(&format!("{l}\n"))["status"].as_u64().unwrap())
+            .collect()
+    };
+    let (new, old) = (statuses(&new), statuses(&old));
+    // The second line was emitted after the reopen: it is in the new file.
+    // The first is in whichever file was open when the writer drained it.
+    assert_eq!(new.last(), Some(&429), "new {new:?} old {old:?}");
+    let mut all = [old, new].concat();
+    all.sort();
+    assert_eq!(all, [200, 429]);
+}
+
+#[test]
+fn an_unopenable_path_fails_at_start() {
+    let rt = runtime(|c| c.access_log.as_mut().unwrap().path = "/nonexistent/dir/a.log".into());
+    let err = AccessLog::start(rt.config.access_log.as_ref().unwrap(), 1)
+        .err()
+        .unwrap();
+    assert!(
+        err.starts_with("access_log.path: cannot open /nonexistent/dir/a.log: "),
+        "{err}"
+    );
+}

@@ -1,0 +1,128 @@
+//! The clusters and endpoint slots of a runtime, as the upstream floor needs them: built once from the config, shared read-only by every shard (health, addresses and counters inside are atomics).
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+
+use zgix_config::{Active, Config, Lb, Target};
+
+use crate::upstream::health::{ClusterHealth, EndpointHealth};
+use crate::upstream::metrics::UpstreamMetrics;
+use crate::upstream::resolve::AtomicAddr;
+
+/// Fixed keys hashing an endpoint's label into its rendezvous identity; the
+/// secret part of `source_ip` hashing is [`Upstreams::hrw`], not this.
+const HRW_LABEL_KEYS: ahash::RandomState = ahash::RandomState::with_seeds(
+    0x6a09_e667_f3bc_c908, // fractional digits of sqrt(2), nothing up the sleeve
+    0xbb67_ae85_84ca_a73b,
+    0x3c6e_f372_fe94_f82b,
+    0xa54f_f53a_5f1d_36f1,
+);
+
+/// A cluster: its endpoints as indices into [`Upstreams::endpoints`] and its balancing rule.
+pub struct ClusterRt {
+    pub name: String,
+    pub endpoints: Vec<usize>,
+    pub lb: Lb,
+    /// Further tries on another endpoint (`clusters.NAME.retries`).
+    pub retries: u32,
+    /// The active check, if configured (run by `health::run_prober`).
+    pub active: Option<Active>,
+    /// Panic-mode flag.
+    pub health: ClusterHealth,
+    /// `clusters.NAME.resolve_ms`: how often its names are resolved again.
+    pub resolve_ms: Option<u64>,
+}
+
+/// One endpoint slot: fixed at load for the life of the process, whether its
+/// address is a literal or a name that re-resolves (see `resolve.rs`).
+pub struct UpstreamRt {
+    /// Index into [`Upstreams::clusters`].
+    pub cluster: usize,
+    pub target: Target,
+    /// The address as configured: the `endpoint` label of its metrics.
+    pub label: String,
+    pub weight: u32,
+    /// Identity of the endpoint for rendezvous hashing: a hash of its label,
+    /// so adding an endpoint does not change the others' keys.
+    pub hrw_key: u64,
+    pub addr: AtomicAddr,
+    pub health: EndpointHealth,
+}
+
+/// The upstream part of a runtime: every cluster and endpoint slot, their
+/// counters and the rendezvous key. Handed to the balancer, the pools, the
+/// prober, the resolver and the per-endpoint metrics instead of the whole
+/// runtime.
+pub struct Upstreams {
+    pub clusters: Vec<ClusterRt>,
+    /// Every endpoint slot of every cluster, by cluster then position (an
+    /// endpoint listed in two clusters has two slots: health is per cluster),
+    /// with its address at load; the upstream pools index by it. Use
+    /// [`Upstreams::upstreams`]`[ep].addr.get()` for the current address.
+    pub endpoints: Vec<SocketAddr>,
+    /// Health, address and identity of each endpoint slot, same indices.
+    pub upstreams: Vec<UpstreamRt>,
+    /// Per-shard, per-endpoint counters (rendered by `upstream::metrics`).
+    pub upstream_stats: UpstreamMetrics,
+    /// Per-process random key of `source_ip` rendezvous hashing, so no client
+    /// can choose addresses that all land on one endpoint.
+    pub hrw: ahash::RandomState,
+    /// Set when the runtime is retired (drain, or replaced by a reload): its
+    /// prober and resolver stop.
+    pub draining: AtomicBool,
+}
+
+impl Upstreams {
+    /// The clusters of a config that has passed `validate()`; named
+    /// endpoints have no address until `resolver::resolve_at_load`.
+    pub fn build(config: &Config, shard_count: usize) -> Upstreams {
+        let l = &config.limits;
+        let mut upstreams: Vec<UpstreamRt> = Vec::new();
+        let mut clusters = Vec::new();
+        let trial_ms = l.upstream_connect_timeout_ms + l.upstream_header_timeout_ms;
+        for (ci, (name, c)) in config.clusters.iter().enumerate() {
+            let first = upstreams.len();
+            for ep in &c.endpoints {
+                let target = ep.target().expect("validated: endpoint parses");
+                upstreams.push(UpstreamRt {
+                    cluster: ci,
+                    addr: AtomicAddr::new(match &target {
+                        Target::Ip(a) => Some(*a),
+                        Target::Name { .. } => None,
+                    }),
+                    hrw_key: HRW_LABEL_KEYS.hash_one(ep.address.as_str()),
+                    target,
+                    label: ep.address.clone(),
+                    weight: ep.weight,
+                    health: EndpointHealth::new(c.health.passive, trial_ms),
+                });
+            }
+            clusters.push(ClusterRt {
+                name: name.clone(),
+                endpoints: (first..upstreams.len()).collect(),
+                lb: c.lb,
+                retries: c.retries,
+                active: c.health.active.clone(),
+                health: ClusterHealth::default(),
+                resolve_ms: c.resolve_ms,
+            });
+        }
+        let endpoints = upstreams
+            .iter()
+            .map(|u| match &u.target {
+                Target::Ip(a) => *a,
+                // Replaced once resolved; connecting to it fails fast.
+                Target::Name { port, .. } => SocketAddr::from(([0, 0, 0, 0], *port)),
+            })
+            .collect();
+        let upstream_stats = UpstreamMetrics::new(shard_count, upstreams.len(), clusters.len());
+        Upstreams {
+            clusters,
+            endpoints,
+            upstreams,
+            upstream_stats,
+            hrw: ahash::RandomState::new(),
+            draining: AtomicBool::new(false),
+        }
+    }
+}

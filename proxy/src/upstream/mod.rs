@@ -1,0 +1,10 @@
+//! The upstreams: endpoint choice (the balancer), keep-alive pools of upstream connections, endpoint health and its active prober, address resolution, and the per-endpoint counters. Uses the driver and observability; knows nothing of client connections.
+
+pub mod cluster;
+pub mod health;
+pub mod lb;
+pub mod metrics;
+pub mod pool;
+pub mod render;
+pub mod resolve;
+pub mod resolver;
