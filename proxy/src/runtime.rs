@@ -27,6 +27,9 @@ pub struct ListenerRt {
     pub waf: Option<WafRt>,
     pub clients: Option<ClientFilterRt>,
     pub filters: FiltersRt,
+    /// TLS termination: its certificates and rustls configuration, read by
+    /// [`crate::conn::handshake::load_all`] before the runtime is built.
+    pub tls: Option<Arc<crate::conn::handshake::TlsListener>>,
 }
 
 /// A listener's client filter, checked once per connection on the client address
@@ -93,6 +96,14 @@ fn ms(v: u64) -> Duration {
 }
 
 impl Runtime {
+    /// Gives each listener the TLS configuration [`crate::conn::handshake::load_all`]
+    /// read for it (by index).
+    pub fn attach_tls(&mut self, tls: Vec<Option<Arc<crate::conn::handshake::TlsListener>>>) {
+        for (l, t) in self.listeners.iter_mut().zip(tls) {
+            l.tls = t;
+        }
+    }
+
     /// Builds the runtime from a config that has passed `validate()`.
     pub fn new(config: Config, shard_count: usize) -> Runtime {
         Runtime::build(config, shard_count, None)
@@ -164,6 +175,7 @@ impl Runtime {
                         allow: c.allow.clone(),
                         deny: c.deny.clone(),
                     }),
+                    tls: None,
                 }
             })
             .collect::<Vec<_>>();

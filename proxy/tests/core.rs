@@ -28,7 +28,7 @@ fn forwards_request_head_exactly_minus_hop_by_hop_with_xff_merged() {
           Upgrade: websocket\r\n\
           Proxy-Connection: keep-alive\r\n\
           x-MiXeD-Case: Value  With\tInner  Space\r\n\
-          X-Forwarded-For: 10.0.0.1\r\n\
+          X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: http\r\n\
           Accept: */*\r\n\
           x-forwarded-for: 10.0.0.2, 10.0.0.3\r\n\
           \r\n",
@@ -41,7 +41,7 @@ fn forwards_request_head_exactly_minus_hop_by_hop_with_xff_merged() {
           Host: example.test\r\n\
           x-MiXeD-Case: Value  With\tInner  Space\r\n\
           Accept: */*\r\n\
-          X-Forwarded-For: 10.0.0.1, 10.0.0.2, 10.0.0.3, 127.0.0.1\r\n\
+          X-Forwarded-For: 10.0.0.1, 10.0.0.2, 10.0.0.3, 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\
           \r\n",
     );
     assert!(got.body.is_empty());
@@ -70,7 +70,7 @@ fn canonicalizes_path_decoding_only_unreserved_characters() {
     let got = origin.wait_requests(cases.len());
     for ((sent, want), rec) in cases.iter().zip(&got) {
         let expected = format!(
-            "GET {want} HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n"
+            "GET {want} HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n"
         );
         assert!(
             rec.head == expected.as_bytes(),
@@ -105,7 +105,7 @@ fn absolute_form_is_forwarded_as_origin_form_with_target_host() {
         .collect();
     assert_eq!(
         without_host,
-        "GET /p/q?k=v HTTP/1.1\r\nX-A: 1\r\nAccept: */*\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n"
+        "GET /p/q?k=v HTTP/1.1\r\nX-A: 1\r\nAccept: */*\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n"
     );
 }
 
@@ -123,7 +123,7 @@ fn content_length_body_is_forwarded_verbatim() {
     let got = origin.only_request();
     assert_bytes(
         &got.head,
-        b"POST /echo?q HTTP/1.1\r\nHost: test.local\r\nContent-Type: text/plain\r\nContent-Length: 11\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"POST /echo?q HTTP/1.1\r\nHost: test.local\r\nContent-Type: text/plain\r\nContent-Length: 11\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
     assert_bytes(&got.body, b"hello world");
 }
@@ -142,7 +142,7 @@ fn chunked_request_is_reencoded_without_extensions_and_trailers() {
     let got = origin.only_request();
     assert_bytes(
         &got.head,
-        b"POST /echo HTTP/1.1\r\nHost: test.local\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: test.local\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
     // RFC 9112 §7.1.1: zgix interprets no extension and forwards none; the
     // trailer section is checked and dropped (§7.1.2).
@@ -251,7 +251,7 @@ fn client_connection_close_is_honoured() {
     client.expect_closed();
     assert_bytes(
         &origin.only_request().head,
-        b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
 }
 
@@ -353,7 +353,7 @@ fn http10_request_closes_after_response() {
     client.expect_closed();
     assert_bytes(
         &origin.only_request().head,
-        b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
 }
 
@@ -372,7 +372,7 @@ fn http10_keep_alive_is_honoured() {
     for rec in origin.wait_requests(3) {
         assert_bytes(
             &rec.head,
-            b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: test.local\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
         );
     }
 }
@@ -385,7 +385,7 @@ fn http10_without_host_gets_endpoint_host() {
     assert_eq!(resp.status, 200, "{}", resp.show());
     client.expect_closed();
     let expected = format!(
-        "GET /x HTTP/1.1\r\nUser-Agent: t/1\r\nHost: {}\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        "GET /x HTTP/1.1\r\nUser-Agent: t/1\r\nHost: {}\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
         origin.addr()
     );
     assert_bytes(&origin.only_request().head, expected.as_bytes());
@@ -426,7 +426,7 @@ fn expect_100_continue_goes_to_the_origin_and_zgix_makes_up_no_100() {
     let got = origin.only_request();
     assert_bytes(
         &got.head,
-        b"PUT /echo HTTP/1.1\r\nHost: test.local\r\nContent-Length: 5\r\nX-Forwarded-For: 127.0.0.1\r\nExpect: 100-continue\r\n\r\n",
+        b"PUT /echo HTTP/1.1\r\nHost: test.local\r\nContent-Length: 5\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\nExpect: 100-continue\r\n\r\n",
     );
     assert_bytes(&got.body, b"hello");
 }

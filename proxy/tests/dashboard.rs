@@ -20,6 +20,7 @@ fn exported_names() -> BTreeSet<String> {
         &Labels {
             listeners: vec!["l"],
             clusters: vec!["c"],
+            tls: vec![Some(&[("n".to_string(), 0)])],
         },
         &TableGauges {
             rate_in_use: 0,

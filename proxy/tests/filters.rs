@@ -299,7 +299,7 @@ fn allow_stops_the_walk() {
     let rec = origin.only_request();
     assert_bytes(
         &rec.head,
-        b"GET /open/x HTTP/1.1\r\nHost: f.test\r\nx-before: 1\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"GET /open/x HTTP/1.1\r\nHost: f.test\r\nx-before: 1\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
 }
 
@@ -330,10 +330,10 @@ fn request_headers_set_add_remove_reach_the_origin_exactly() {
     }
     let got = origin.wait_requests(4);
     let expected: [&[u8]; 4] = [
-        b"GET /edit HTTP/1.1\r\nHost: e.test\r\nX-Keep: 1\r\nX-Add: c1\r\nX-Set: new\r\nx-add: a2\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
-        b"GET /chain HTTP/1.1\r\nHost: e.test\r\nX-Stay: s\r\nx-tag: two\r\nx-tag: three\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
-        b"GET /late HTTP/1.1\r\nHost: e.test\r\nx-keep: k\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
-        b"GET /same HTTP/1.1\r\nHost: e.test\r\nx-s: set\r\nx-s: add\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"GET /edit HTTP/1.1\r\nHost: e.test\r\nX-Keep: 1\r\nX-Add: c1\r\nX-Set: new\r\nx-add: a2\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
+        b"GET /chain HTTP/1.1\r\nHost: e.test\r\nX-Stay: s\r\nx-tag: two\r\nx-tag: three\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
+        b"GET /late HTTP/1.1\r\nHost: e.test\r\nx-keep: k\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
+        b"GET /same HTTP/1.1\r\nHost: e.test\r\nx-s: set\r\nx-s: add\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     ];
     for (rec, want) in got.iter().zip(expected) {
         assert_bytes(&rec.head, want);
@@ -627,7 +627,7 @@ fn rule_order_first_terminal_wins_earlier_edits_apply() {
     let rec = origin.only_request();
     assert_bytes(
         &rec.head,
-        b"GET /kept/x HTTP/1.1\r\nHost: f.test\r\nx-early: 1\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"GET /kept/x HTTP/1.1\r\nHost: f.test\r\nx-early: 1\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
 }
 
@@ -701,7 +701,7 @@ fn request_headers_remove_x_forwarded_for_drops_the_client_value() {
     let rec = origin.only_request();
     assert_bytes(
         &rec.head,
-        b"GET / HTTP/1.1\r\nHost: f.test\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: f.test\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
 }
 

@@ -77,7 +77,7 @@ fn xff_carries_the_connection_source_address() {
     assert_eq!(origin_of(Client::from_stream(stream)), "a");
     support::assert_bytes(
         &a.only_request().head,
-        b"GET / HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 127.0.0.9\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 127.0.0.9\r\nX-Forwarded-Proto: http\r\n\r\n",
     );
 }
 

@@ -198,7 +198,7 @@ fn v1_tcp4_source_is_forwarded_for_on_every_request_of_the_connection() {
     // A prior X-Forwarded-For is kept and the PROXY source appended.
     let mut req = v1_tcp4(Ipv4Addr::new(192, 0, 2, 11));
     req.extend_from_slice(
-        b"GET / HTTP/1.1\r\nHost: pp.test\r\nX-Forwarded-For: 203.0.113.9\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: pp.test\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: http\r\nConnection: close\r\n\r\n",
     );
     let mut c = Client::connect(z.addr());
     c.send(&req);

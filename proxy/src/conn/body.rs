@@ -11,6 +11,7 @@ use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
+use super::client::ClientConn;
 use super::shard::Shard;
 use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
@@ -20,7 +21,7 @@ use crate::observe::decision::UpstreamError;
 
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {
-    pub client: &'a Sock,
+    pub client: &'a ClientConn,
     pub up: &'a Sock,
     pub cbuf: &'a mut Buf,
     pub cstart: &'a mut usize,
@@ -115,7 +116,7 @@ impl Upload<'_> {
 }
 
 /// One read from the client; EOF and stalls end the exchange.
-async fn read_client(client: &Sock, buf: &mut [u8]) -> Result<usize, Fail> {
+async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail> {
     match client.read(buf).await {
         Ok(0) | Err(_) => Err(Fail::ClientGone),
         Ok(n) => Ok(n),
@@ -134,7 +135,7 @@ pub(super) struct ResponseEnd {
 pub(super) struct Download<'a> {
     pub shard: &'a Shard,
     pub li: usize,
-    pub client: &'a Sock,
+    pub client: &'a ClientConn,
     pub up: &'a Sock,
     pub ubuf: &'a mut Buf,
     pub ustart: &'a mut usize,

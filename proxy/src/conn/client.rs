@@ -37,15 +37,15 @@ fn put_read_buffer(b: Box<[u8]>) {
     });
 }
 
-/// A client connection's transport.
-pub enum ClientConn {
-    Plain(Sock),
-    Tls(Box<TlsConn>),
+/// A client connection's transport: the socket, and TLS over it once the
+/// handshake is done.
+pub struct ClientConn {
+    sock: Sock,
+    tls: Option<Box<TlsConn>>,
 }
 
-/// TLS over a client socket, after the handshake.
+/// TLS state of a client connection, after the handshake.
 pub struct TlsConn {
-    pub(super) sock: Sock,
     pub(super) session: RefCell<Session>,
     /// Received TLS bytes not yet decrypted (a partial record), in a pooled
     /// buffer held only while there are some.
@@ -62,12 +62,18 @@ pub struct TlsConn {
 }
 
 impl ClientConn {
+    pub fn plain(sock: Sock) -> ClientConn {
+        ClientConn { sock, tls: None }
+    }
+
+    /// From now on the connection speaks TLS (the handshake is done).
+    pub fn start_tls(&mut self, t: Box<TlsConn>) {
+        self.tls = Some(t);
+    }
+
     /// The socket underneath.
     pub fn sock(&self) -> &Sock {
-        match self {
-            ClientConn::Plain(s) => s,
-            ClientConn::Tls(t) => &t.sock,
-        }
+        &self.sock
     }
 
     pub fn fd(&self) -> RawFd {
@@ -76,25 +82,22 @@ impl ClientConn {
 
     /// What the TLS handshake settled, on a TLS connection.
     pub fn tls(&self) -> Option<(&Info, Option<&str>)> {
-        match self {
-            ClientConn::Plain(_) => None,
-            ClientConn::Tls(t) => Some((&t.info, t.sni.as_deref())),
-        }
+        self.tls.as_ref().map(|t| (&t.info, t.sni.as_deref()))
     }
 
     /// Application bytes received (decrypted on TLS).
     pub fn bytes_read(&self) -> u64 {
-        match self {
-            ClientConn::Plain(s) => s.bytes_read(),
-            ClientConn::Tls(t) => t.rx.get(),
+        match &self.tls {
+            None => self.sock.bytes_read(),
+            Some(t) => t.rx.get(),
         }
     }
 
     /// Application bytes sent (before encryption on TLS).
     pub fn bytes_written(&self) -> u64 {
-        match self {
-            ClientConn::Plain(s) => s.bytes_written(),
-            ClientConn::Tls(t) => t.tx.get(),
+        match &self.tls {
+            None => self.sock.bytes_written(),
+            Some(t) => t.tx.get(),
         }
     }
 
@@ -113,47 +116,44 @@ impl ClientConn {
     /// Reads what is available, waiting (up to the read timeout) for at
     /// least a byte; 0 at the end (TLS: `close_notify`, or the peer's FIN).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            ClientConn::Plain(s) => s.read(buf).await,
-            ClientConn::Tls(t) => t.read(buf).await,
+        match &self.tls {
+            None => self.sock.read(buf).await,
+            Some(t) => t.read(&self.sock, buf).await,
         }
     }
 
     /// Waits (up to the read timeout) until a read would complete at once.
     pub async fn readable(&self) -> io::Result<()> {
-        match self {
-            ClientConn::Plain(s) => s.readable().await,
-            ClientConn::Tls(t) => {
-                if t.has_plain() || t.peer_closed.get() {
-                    return Ok(());
-                }
-                t.sock.readable().await
+        if let Some(t) = &self.tls {
+            if t.has_plain() || t.peer_closed.get() {
+                return Ok(());
             }
         }
+        self.sock.readable().await
     }
 
     /// Writes all of `buf` (encrypted on TLS).
     pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            ClientConn::Plain(s) => s.write_all(buf).await,
-            ClientConn::Tls(t) => t.write_all(buf).await,
+        match &self.tls {
+            None => self.sock.write_all(buf).await,
+            Some(t) => t.write_all(&self.sock, buf).await,
         }
     }
 
     /// Half-closes the sending side; TLS sends `close_notify` first
     /// (RFC 8446 §6.1: each party sends one before closing its write side).
     pub async fn shutdown(&self) {
-        if let ClientConn::Tls(t) = self {
+        if let Some(t) = &self.tls {
             let out = {
                 let mut s = t.session.borrow_mut();
                 s.close();
                 s.take_output()
             };
             if !out.is_empty() {
-                let _ = t.sock.write_all(&out).await;
+                let _ = self.sock.write_all(&out).await;
             }
         }
-        self.sock().shutdown_write();
+        self.sock.shutdown_write();
     }
 }
 
@@ -180,7 +180,7 @@ impl TlsConn {
         n
     }
 
-    async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    async fn read(&self, sock: &Sock, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -199,7 +199,7 @@ impl TlsConn {
                 .take()
                 .unwrap_or_else(take_read_buffer);
             let have = self.in_len.get();
-            let got = self.sock.read(&mut inbuf[have..]).await;
+            let got = sock.read(&mut inbuf[have..]).await;
             let n = match got {
                 Ok(n) => n,
                 Err(e) => {
@@ -242,7 +242,7 @@ impl TlsConn {
                 Err(e) => {
                     self.in_len.set(0);
                     put_read_buffer(inbuf);
-                    self.flush().await;
+                    self.flush(sock).await;
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
                 }
             }
@@ -258,14 +258,14 @@ impl TlsConn {
         }
     }
 
-    async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+    async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
         let out = {
             let mut s = self.session.borrow_mut();
             s.write(buf)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             s.take_output()
         };
-        let r = self.sock.write_all(&out).await;
+        let r = sock.write_all(&out).await;
         self.session.borrow_mut().give_back(out);
         r?;
         self.tx.set(self.tx.get() + buf.len() as u64);
@@ -273,10 +273,63 @@ impl TlsConn {
     }
 
     /// Sends what the session queued (an alert after a failure).
-    async fn flush(&self) {
+    async fn flush(&self, sock: &Sock) {
         let out = self.session.borrow_mut().take_output();
         if !out.is_empty() {
-            let _ = self.sock.write_all(&out).await;
+            let _ = sock.write_all(&out).await;
         }
+    }
+}
+
+/// What a tunnel relays between: either side of an upgraded connection.
+pub(crate) trait Stream {
+    async fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    async fn write_all(&self, buf: &[u8]) -> io::Result<()>;
+    fn set_read_timeout(&self, d: Option<Duration>);
+    fn set_write_timeout(&self, d: Option<Duration>);
+    /// Ends the sending side (TLS: after `close_notify`).
+    async fn close_write(&self);
+    fn now(&self) -> std::time::Instant;
+}
+
+impl Stream for Sock {
+    async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        Sock::read(self, buf).await
+    }
+    async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        Sock::write_all(self, buf).await
+    }
+    fn set_read_timeout(&self, d: Option<Duration>) {
+        Sock::set_read_timeout(self, d)
+    }
+    fn set_write_timeout(&self, d: Option<Duration>) {
+        Sock::set_write_timeout(self, d)
+    }
+    async fn close_write(&self) {
+        self.shutdown_write()
+    }
+    fn now(&self) -> std::time::Instant {
+        self.driver().now()
+    }
+}
+
+impl Stream for ClientConn {
+    async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        ClientConn::read(self, buf).await
+    }
+    async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        ClientConn::write_all(self, buf).await
+    }
+    fn set_read_timeout(&self, d: Option<Duration>) {
+        ClientConn::set_read_timeout(self, d)
+    }
+    fn set_write_timeout(&self, d: Option<Duration>) {
+        ClientConn::set_write_timeout(self, d)
+    }
+    async fn close_write(&self) {
+        self.shutdown().await
+    }
+    fn now(&self) -> std::time::Instant {
+        self.sock.driver().now()
     }
 }

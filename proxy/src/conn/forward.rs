@@ -197,16 +197,20 @@ impl Conn {
         let shard = self.shard.clone();
         let rt = &shard.rt;
         let filters = &rt.listeners[self.li].filters;
+        let on_tls = rt.listeners[self.li].tls.is_some();
         let ip_text = self.ip_text;
         let x = self.x();
         let base = &x.cbuf[x.cstart..x.cend];
         let edits = filtered.then_some((filters, &x.walk));
-        let via = rt.config.via.name().map(str::as_bytes);
+        let stamp = wire::Stamp {
+            via: rt.config.via.name().map(str::as_bytes),
+            proto: if on_tls { "https" } else { "http" },
+        };
         let endpoint = rt.up.upstreams[ep]
             .addr
             .get()
             .unwrap_or(rt.up.endpoints[ep]);
-        wire::write_request_head_via(&mut x.out, base, &x.req, &ip_text, endpoint, edits, via);
+        wire::write_request_head_via(&mut x.out, base, &x.req, &ip_text, endpoint, edits, &stamp);
         // Expect goes to the origin, which may refuse before the body
         // comes (RFC 9110 §10.1.1); the client gets its 100 or its answer.
         if x.req.expect_continue {

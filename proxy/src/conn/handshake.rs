@@ -9,7 +9,7 @@ use zgix_tls::hello::{self, Hello};
 use zgix_tls::server::{Listener as TlsSpec, MinVersion};
 use zgix_tls::{CertStore, Loaded, Session, Tickets, UnknownSni};
 
-use super::client::{ClientConn, TlsConn, TLS_READ_BUFFER};
+use super::client::{TlsConn, TLS_READ_BUFFER};
 use crate::io::Sock;
 
 /// A TLS listener's runtime: its rustls configuration and certificates.
@@ -114,10 +114,11 @@ impl TlsListener {
     }
 }
 
-/// How a handshake ended (the `result` label of `zgix_tls_handshakes_total`).
+/// How a handshake ended (the `result` label of `zgix_tls_handshakes_total`,
+/// in the order of [`crate::observe::metrics::TLS_RESULTS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    Ok,
+    Ok = 0,
     Timeout,
     Alert,
     BadHello,
@@ -134,6 +135,11 @@ impl Outcome {
         Outcome::NoCert,
         Outcome::Plaintext,
     ];
+
+    /// The index of this outcome in [`crate::observe::metrics::TLS_RESULTS`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn label(self) -> &'static str {
         match self {
@@ -156,14 +162,14 @@ const PLAINTEXT_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text
 /// connection is returned; on failure, what the client was told is sent and
 /// the outcome returned.
 pub async fn accept(
-    sock: Sock,
+    sock: &Sock,
     tls: &TlsListener,
     early: &[u8],
     restore_timeout: Option<Duration>,
-) -> Result<ClientConn, (Outcome, Sock)> {
+) -> Result<Box<TlsConn>, Outcome> {
     let mut session = match Session::new(tls.config.clone()) {
         Ok(s) => s,
-        Err(_) => return Err((Outcome::Alert, sock)),
+        Err(_) => return Err(Outcome::Alert),
     };
     sock.set_read_timeout(Some(tls.handshake_timeout));
     let deadline = sock.driver().now() + tls.handshake_timeout;
@@ -179,17 +185,17 @@ pub async fn accept(
                 Hello::Incomplete => {}
                 Hello::Plaintext => {
                     let _ = sock.write_all(PLAINTEXT_ANSWER).await;
-                    return Err((Outcome::Plaintext, sock));
+                    return Err(Outcome::Plaintext);
                 }
                 Hello::Bad(why) => {
                     crate::log_debug!("tls", "bad ClientHello: {why}");
                     let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
-                    return Err((Outcome::BadHello, sock));
+                    return Err(Outcome::BadHello);
                 }
                 Hello::ClientHello { sni: name } => {
                     if tls.certs.refuses(name.as_deref()) {
                         let _ = sock.write_all(&hello::UNRECOGNIZED_NAME_ALERT).await;
-                        return Err((Outcome::NoCert, sock));
+                        return Err(Outcome::NoCert);
                     }
                     sni = name;
                     inspected = true;
@@ -200,7 +206,7 @@ pub async fn accept(
             let r = session.read(&mut inbuf[..len], &mut |d| plain.extend_from_slice(d));
             let out = session.take_output();
             if !out.is_empty() && sock.write_all(&out).await.is_err() {
-                return Err((Outcome::Alert, sock));
+                return Err(Outcome::Alert);
             }
             match r {
                 Ok(p) => {
@@ -217,13 +223,13 @@ pub async fn accept(
                         zgix_tls::Failure::NoCert => Outcome::NoCert,
                         zgix_tls::Failure::Alert(_) => Outcome::Alert,
                     };
-                    return Err((o, sock));
+                    return Err(o);
                 }
             }
         }
         if len == inbuf.len() {
             let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
-            return Err((Outcome::BadHello, sock));
+            return Err(Outcome::BadHello);
         }
         match sock.read(&mut inbuf[len..]).await {
             Ok(0) => {
@@ -232,7 +238,7 @@ pub async fn accept(
                 } else {
                     Outcome::BadHello
                 };
-                return Err((o, sock));
+                return Err(o);
             }
             Ok(n) => len += n,
             Err(e) => {
@@ -243,7 +249,7 @@ pub async fn accept(
                 } else {
                     Outcome::Alert
                 };
-                return Err((o, sock));
+                return Err(o);
             }
         }
     }
@@ -258,8 +264,7 @@ pub async fn accept(
     } else {
         None
     };
-    Ok(ClientConn::Tls(Box::new(TlsConn {
-        sock,
+    Ok(Box::new(TlsConn {
         session: RefCell::new(session),
         inbuf: RefCell::new(keep),
         in_len: Cell::new(len),
@@ -270,5 +275,71 @@ pub async fn accept(
         tx: Cell::new(0),
         info,
         sni,
-    })))
+    }))
+}
+
+/// The session-ticket keys of this process: made at start, shared by every
+/// shard and every listener with generated tickets, kept across reloads
+/// (and handed to an `--upgrade`).
+static TICKETS: std::sync::OnceLock<Arc<Tickets>> = std::sync::OnceLock::new();
+
+/// This process's generated ticket keys.
+pub fn process_tickets() -> Arc<Tickets> {
+    TICKETS
+        .get_or_init(|| {
+            Arc::new(Tickets::generate().expect("the system has no randomness for ticket keys"))
+        })
+        .clone()
+}
+
+/// Adopts the ticket master secret of the instance we take over from, so
+/// its clients keep resuming; `false` if keys were made already.
+pub fn adopt_ticket_master(master: [u8; 32]) -> bool {
+    TICKETS.set(Arc::new(Tickets::derived(master))).is_ok()
+}
+
+/// What loading the TLS listeners of a config found.
+pub struct LoadedTls {
+    /// By listener index; `None` for plaintext listeners.
+    pub listeners: Vec<Option<Arc<TlsListener>>>,
+    /// `path: rule` for each certificate that expires soon.
+    pub warnings: Vec<String>,
+}
+
+/// Reads and checks the certificates and keys of every TLS listener of
+/// `config`; every problem comes back as `path: rule`, in listener order.
+pub fn load_all(config: &zgix_config::Config) -> Result<LoadedTls, Vec<String>> {
+    let now = zgix_tls::certs::now_secs();
+    let mut out = LoadedTls {
+        listeners: Vec::with_capacity(config.listeners.len()),
+        warnings: Vec::new(),
+    };
+    let mut errors = Vec::new();
+    let tickets = config
+        .listeners
+        .iter()
+        .any(|l| l.tls.is_some())
+        .then(process_tickets);
+    for (i, l) in config.listeners.iter().enumerate() {
+        let (Some(t), Some(tickets)) = (&l.tls, &tickets) else {
+            out.listeners.push(None);
+            continue;
+        };
+        match TlsListener::load(&format!("listeners[{i}].tls"), t, tickets, now) {
+            Ok((tl, warnings)) => {
+                out.listeners.push(Some(Arc::new(tl)));
+                out.warnings
+                    .extend(warnings.into_iter().map(|(p, r)| format!("{p}: {r}")));
+            }
+            Err(problems) => {
+                out.listeners.push(None);
+                errors.extend(problems.into_iter().map(|(p, r)| format!("{p}: {r}")));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
 }

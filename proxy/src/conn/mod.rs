@@ -47,6 +47,7 @@ use crate::http::wire;
 use crate::io::{Buf, Sock};
 use crate::observe::decision::UpstreamError;
 use crate::observe::metrics::ConnRefusal;
+use client::ClientConn;
 use shard::Shard;
 
 pub use head::HeadScan;
@@ -253,7 +254,7 @@ fn client_ip(ip: IpAddr) -> IpAddr {
 pub struct Conn {
     shard: Rc<Shard>,
     li: usize,
-    client: Sock,
+    client: ClientConn,
     /// The TCP peer.
     peer: SocketAddr,
     /// The client's address: the PROXY header's source, else the peer.
@@ -293,7 +294,7 @@ impl Conn {
         client.set_write_timeout(Some(shard.rt.timeouts.client_idle));
         Conn {
             li,
-            client,
+            client: ClientConn::plain(client),
             peer,
             ip,
             ip_text: wire::IpText::new(ip),
@@ -329,6 +330,12 @@ impl Conn {
         if let Some(filter) = &lst.clients {
             if !filter.admits(self.ip) {
                 shard.counters.refused(ConnRefusal::ClientDenied);
+                return;
+            }
+        }
+        if let Some(tls) = &lst.tls {
+            if !self.start_tls(tls).await {
+                self.close_gracefully().await;
                 return;
             }
         }
@@ -396,7 +403,7 @@ impl Conn {
     /// while, so unread request bytes do not turn the close into a reset that
     /// could destroy the response in flight (the "lingering close" of nginx).
     async fn close_gracefully(&mut self) {
-        self.client.shutdown_write();
+        self.client.shutdown().await;
         let shard = self.shard.clone();
         if self.x.is_none() {
             match take_exchange(&shard, self.li) {
@@ -412,7 +419,7 @@ impl Conn {
 
 /// Drains what the client still sends into `buf` until it closes, for at
 /// most [`LINGER`] in all and [`LINGER_BYTES`].
-async fn linger(client: &Sock, shard: &Shard, buf: &mut [u8]) {
+async fn linger(client: &ClientConn, shard: &Shard, buf: &mut [u8]) {
     let until = shard.driver.now() + LINGER;
     let mut drained = 0usize;
     while drained < LINGER_BYTES {
@@ -455,8 +462,52 @@ impl Conn {
                 let _ = self.client.write_all(&out).await;
                 // The caller closes without `close_gracefully`, which would
                 // try again: drain here so unread bytes do not reset the 503.
-                self.client.shutdown_write();
+                self.client.shutdown().await;
                 linger(&self.client, &shard, &mut vec![0; 4096]).await;
+                false
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// The TLS handshake, after the PROXY header (whose leftover bytes are
+    /// the ClientHello's start); counted by outcome. `false`: the client was
+    /// told why (or timed out) and the connection closes.
+    async fn start_tls(&mut self, tls: &handshake::TlsListener) -> bool {
+        let early = match self.x.as_mut() {
+            Some(x) if x.has_pending() => {
+                let e = x.cbuf[x.cstart..x.cend].to_vec();
+                x.cstart = 0;
+                x.cend = 0;
+                e
+            }
+            _ => Vec::new(),
+        };
+        let started = self.shard.driver.now();
+        let c = &self.shard.counters.listeners[self.li];
+        match handshake::accept(self.client.sock(), tls, &early, None).await {
+            Ok(t) => {
+                let v = match t.info.version {
+                    "TLSv1.2" => 1,
+                    _ => 2,
+                };
+                c.tls_handshakes[0][v].inc();
+                if t.info.resumed {
+                    c.tls_resumed.inc();
+                }
+                let us = self
+                    .shard
+                    .driver
+                    .now()
+                    .saturating_duration_since(started)
+                    .as_micros();
+                c.tls_handshake_time.record(us as u64);
+                self.client.start_tls(t);
+                true
+            }
+            Err(o) => {
+                c.tls_handshakes[o.index()][0].inc();
                 false
             }
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::client::ClientConn;
 use super::handshake::{self, Outcome, TlsListener};
-use crate::io::{Driver, Kind, Listener, Options, Sock};
+use crate::io::{Driver, Kind, Listener, Options};
 
 fn on_driver<F, Fut>(kind: Kind, f: F)
 where
@@ -92,9 +92,16 @@ fn client_config(c: &Certs) -> Arc<rustls::ClientConfig> {
 }
 
 /// Accepts one connection on `d` and runs the handshake on it.
-async fn accept_one(l: &Listener, tls: &TlsListener) -> Result<ClientConn, (Outcome, Sock)> {
+async fn accept_one(l: &Listener, tls: &TlsListener) -> Result<ClientConn, (Outcome, ClientConn)> {
     let (s, _) = l.accept().await.unwrap();
-    handshake::accept(s, tls, &[], Some(Duration::from_secs(5))).await
+    let mut c = ClientConn::plain(s);
+    match handshake::accept(c.sock(), tls, &[], Some(Duration::from_secs(5))).await {
+        Ok(t) => {
+            c.start_tls(t);
+            Ok(c)
+        }
+        Err(o) => Err((o, c)),
+    }
 }
 
 /// Joins a client thread without blocking the executor (the driver must

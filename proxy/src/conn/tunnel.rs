@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use futures_lite::future::zip;
 
+use super::client::Stream;
 use super::{is_timeout, Conn, Next};
 use crate::io::{Buf, Sock};
 use crate::observe::counter::Counter;
@@ -14,8 +15,8 @@ use crate::observe::counter::Counter;
 /// `to`. A read that times out ends the direction only if the other one was
 /// idle too (the tunnel's idle timeout counts both directions).
 async fn pump(
-    from: &Sock,
-    to: &Sock,
+    from: &impl Stream,
+    to: &impl Stream,
     buf: &mut [u8],
     pending: usize,
     last: &Cell<Instant>,
@@ -34,14 +35,14 @@ async fn pump(
         match from.read(buf).await {
             Ok(0) => break,
             Ok(n) => {
-                last.set(from.driver().now());
+                last.set(from.now());
                 if to.write_all(&buf[..n]).await.is_err() {
                     break;
                 }
                 bytes.add(n as u64);
             }
             Err(e) if is_timeout(&e) => {
-                if from.driver().now().duration_since(last.get()) < idle {
+                if from.now().duration_since(last.get()) < idle {
                     continue;
                 }
                 break;
@@ -49,7 +50,7 @@ async fn pump(
             Err(_) => break,
         }
     }
-    to.shutdown_write();
+    to.close_write().await;
 }
 
 impl Conn {

@@ -43,10 +43,12 @@ impl IpText {
 ///   9112 §6.3 rule 5 accepts `Content-Length: 5, 5` (or two equal fields) only
 ///   from a recipient that replaces them with a single value.
 /// - X-Forwarded-For fields are folded into one, with the client appended last.
+/// - X-Forwarded-Proto says how the client reached zgix (`stamp.proto`:
+///   `https` on a TLS listener, `http` otherwise); the client's own goes.
 /// - An HTTP/1.0 request without Host gets the endpoint's address as Host.
 /// - `edits`, when request_filters matched: the rewritten path, and header
 ///   removals/sets/adds, applied after zgix's own stripping.
-/// - `via`: `Via: 1.x <via>` closes the head, after any Via fields the client
+/// - `stamp.via`: `Via: 1.x <via>` closes the head, after any Via fields the client
 ///   sent (RFC 9110 §7.6.3: a proxy appends its entry; a second field line is
 ///   the same list, §5.3). `1.x` is the version the client spoke.
 ///
@@ -58,7 +60,7 @@ pub fn write_request_head_via(
     client: &IpText,
     endpoint: SocketAddr,
     edits: Option<(&FiltersRt, &Walk)>,
-    via: Option<&[u8]>,
+    stamp: &Stamp<'_>,
 ) {
     out.clear();
     out.extend_from_slice(req.method_span.get(base));
@@ -81,6 +83,10 @@ pub fn write_request_head_via(
             | HeaderKind::XForwardedFor => continue,
             HeaderKind::Host if req.authority.is_some() => continue,
             _ => {}
+        }
+        // zgix says how the client reached it; a client's own claim goes.
+        if h.name.get(base).eq_ignore_ascii_case(b"x-forwarded-proto") {
+            continue;
         }
         if let Some((f, w)) = edits {
             if f.request_drops(w, h.name.get(base)) {
@@ -116,8 +122,19 @@ pub fn write_request_head_via(
     }
     out.extend_from_slice(client.as_bytes());
     out.extend_from_slice(b"\r\n");
-    via_field(out, req.version, via);
+    out.extend_from_slice(b"X-Forwarded-Proto: ");
+    out.extend_from_slice(stamp.proto.as_bytes());
     out.extend_from_slice(b"\r\n");
+    via_field(out, req.version, stamp.via);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What zgix adds to every forwarded request besides X-Forwarded-For.
+pub struct Stamp<'a> {
+    /// zgix's Via entry (`"via"` in the config), if any.
+    pub via: Option<&'a [u8]>,
+    /// `https` on a TLS listener, `http` otherwise: X-Forwarded-Proto.
+    pub proto: &'static str,
 }
 
 /// How the response head must frame the exchange with the client.
@@ -253,7 +270,8 @@ mod tests {
         let client = IpText::new("203.0.113.7".parse().unwrap());
         let mut out = Vec::new();
         let ep = EP.parse().unwrap();
-        write_request_head_via(&mut out, raw.as_bytes(), &head, &client, ep, None, via);
+        let stamp = Stamp { via, proto: "http" };
+        write_request_head_via(&mut out, raw.as_bytes(), &head, &client, ep, None, &stamp);
         String::from_utf8(out).unwrap()
     }
 
@@ -278,8 +296,17 @@ mod tests {
     }
 
     #[test]
+    fn a_clients_own_forwarded_proto_is_replaced() {
+        let raw = "GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-proto: https\r\nX-Forwarded-Proto: ftp\r\n\r\n";
+        assert_eq!(
+            upstream(raw, None),
+            "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Proto: http\r\n\r\n"
+        );
+    }
+
+    #[test]
     fn content_length_lists_are_forwarded_as_one_value() {
-        let want = "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX: y\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n";
+        let want = "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX: y\r\nX-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Proto: http\r\n\r\n";
         for cl in [
             "Content-Length: 5, 5",
             "Content-Length: 5 ,5,5",
@@ -314,12 +341,12 @@ mod tests {
         let raw = "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 cdn\r\n\r\n";
         assert_eq!(
             upstream(raw, Some(b"zgix")),
-            "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 cdn\r\nX-Forwarded-For: 203.0.113.7\r\nVia: 1.1 zgix\r\n\r\n"
+            "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 cdn\r\nX-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Proto: http\r\nVia: 1.1 zgix\r\n\r\n"
         );
         let raw = "GET / HTTP/1.0\r\n\r\n";
         assert_eq!(
             upstream(raw, Some(b"edge")),
-            format!("GET / HTTP/1.1\r\nHost: {EP}\r\nX-Forwarded-For: 203.0.113.7\r\nVia: 1.0 edge\r\n\r\n")
+            format!("GET / HTTP/1.1\r\nHost: {EP}\r\nX-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Proto: http\r\nVia: 1.0 edge\r\n\r\n")
         );
         assert!(!upstream(raw, None).contains("Via"));
         let raw = "HTTP/1.0 200 OK\r\nVia: 1.1 origin-cache\r\nContent-Length: 0\r\n\r\n";

@@ -67,6 +67,11 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
             let names = crate::observe::metrics::Labels {
                 listeners: rt.listeners.iter().map(|l| l.name.as_str()).collect(),
                 clusters: rt.up.clusters.iter().map(|c| c.name.as_str()).collect(),
+                tls: rt
+                    .listeners
+                    .iter()
+                    .map(|l| l.tls.as_ref().map(|t| t.expiry.as_slice()))
+                    .collect(),
             };
             let mut body =
                 rt.metrics.render(&names, &gauges) + &crate::upstream::render::render(&rt.up);

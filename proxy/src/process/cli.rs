@@ -117,8 +117,19 @@ pub fn main() -> i32 {
             );
             0
         }
-        Mode::Check(path) => match Config::from_file(&path) {
-            Ok(_) => {
+        Mode::Check(path) => match Config::from_file(&path).and_then(|c| {
+            // The certificates and keys too: a config that names a file
+            // zgix cannot use is not valid.
+            crate::conn::handshake::load_all(&c).map_err(|e| {
+                e.into_iter()
+                    .map(|m| zgix_config::ConfigError::new("", m))
+                    .collect()
+            })
+        }) {
+            Ok(loaded) => {
+                for w in &loaded.warnings {
+                    eprintln!("zgix: warning: {w}");
+                }
                 eprintln!("zgix: configuration {} is valid", path.display());
                 0
             }

@@ -87,7 +87,12 @@ fn load(start: Start, shards: usize) -> Result<(Server, Option<instance::Handed>
         .claim(&guarded(&start.config))
         .map_err(|e| e.join("; "))?;
     crate::http::respond::set_server_header(start.config.server_header());
+    let tls = crate::conn::handshake::load_all(&start.config).map_err(|e| e.join("; "))?;
+    for w in &tls.warnings {
+        crate::log_warn!("server", "{w}");
+    }
     let mut rt = Runtime::new(start.config, shards);
+    rt.attach_tls(tls.listeners);
     if let Some(cfg) = &rt.config.access_log {
         rt.access_log = Some(Arc::new(crate::observe::access_log::AccessLog::start(
             cfg, shards,
@@ -526,7 +531,22 @@ impl Server {
             }
             return rejected("a listen address is served by another instance");
         }
+        // Certificates and keys are read again: a file that does not load
+        // refuses the whole reload, and the old ones keep serving.
+        let tls = match crate::conn::handshake::load_all(&config) {
+            Ok(t) => t,
+            Err(errors) => {
+                for e in &errors {
+                    crate::log_error!("server", "reload: {e}");
+                }
+                return rejected(&format!("{} error(s)", errors.len()));
+            }
+        };
+        for w in &tls.warnings {
+            crate::log_warn!("server", "reload: {w}");
+        }
         let (mut rt, notes) = Runtime::reloaded(config, self.shards, &self.rt);
+        rt.attach_tls(tls.listeners);
         let mut stop_old_log = None;
         if rt.config.access_log == self.rt.config.access_log {
             rt.access_log = self.rt.access_log.clone();

@@ -133,7 +133,26 @@ pub struct ListenerCounters {
     pub admission: [Counter; Admission::ALL.len()],
     /// Request duration by [`crate::observe::decision::Decision::class`].
     pub duration: [Histo; crate::observe::decision::CLASS_LABELS.len()],
+    /// TLS handshakes by [`TLS_RESULTS`] index and [`TLS_VERSIONS`] index.
+    pub tls_handshakes: [[Counter; TLS_VERSIONS.len()]; TLS_RESULTS.len()],
+    /// TLS handshakes that resumed a session (a ticket).
+    pub tls_resumed: Counter,
+    /// Time from the first ClientHello byte to the end of the handshake.
+    pub tls_handshake_time: Histo,
 }
+
+/// The `result` label of `zgix_tls_handshakes_total`, by index.
+pub const TLS_RESULTS: [&str; 6] = [
+    "ok",
+    "timeout",
+    "alert",
+    "bad_hello",
+    "no_cert",
+    "plaintext",
+];
+/// The `version` label of `zgix_tls_handshakes_total`, by index (a failed
+/// handshake has no version).
+pub const TLS_VERSIONS: [&str; 3] = ["none", "TLSv1.2", "TLSv1.3"];
 
 impl Default for ListenerCounters {
     fn default() -> Self {
@@ -143,6 +162,9 @@ impl Default for ListenerCounters {
             open: Gauge::default(),
             admission: Default::default(),
             duration: Default::default(),
+            tls_handshakes: Default::default(),
+            tls_resumed: Counter::default(),
+            tls_handshake_time: Histo::default(),
         }
     }
 }

@@ -16,6 +16,9 @@ type CounterOf = fn(&ShardCounters) -> u64;
 pub struct Labels<'a> {
     pub listeners: Vec<&'a str>,
     pub clusters: Vec<&'a str>,
+    /// By listener: `None` for plaintext (no TLS series), else each
+    /// certificate's first name and `notAfter` (seconds since the epoch).
+    pub tls: Vec<Option<&'a [(String, i64)]>>,
 }
 
 /// The git revision `build.rs` found (`unknown` outside a checkout).
@@ -115,6 +118,7 @@ impl Metrics {
         self.render_upstream_errors(o, names);
         self.render_tables(o, tables);
         self.render_durations(o, names);
+        self.render_tls(o, names);
         self.render_process(o);
         std::mem::take(o)
     }
@@ -385,6 +389,88 @@ impl Metrics {
                 "zgix_upstream_duration_seconds",
                 &format!("cluster=\"{}\"", Esc(name)),
             );
+        }
+    }
+
+    /// The TLS series of the listeners that terminate TLS.
+    fn render_tls(&self, o: &mut String, names: &Labels<'_>) {
+        let tls: Vec<(usize, &str, &[(String, i64)])> = names
+            .listeners
+            .iter()
+            .enumerate()
+            .filter_map(|(li, n)| Some((li, *n, (*names.tls.get(li)?)?)))
+            .collect();
+        if tls.is_empty() {
+            return;
+        }
+        family(
+            o,
+            "zgix_tls_handshakes_total",
+            "counter",
+            "TLS handshakes by listener, outcome and negotiated version (none when it failed).",
+        );
+        for &(li, name, _) in &tls {
+            for (r, result) in super::TLS_RESULTS.iter().enumerate() {
+                for (v, version) in super::TLS_VERSIONS.iter().enumerate() {
+                    // Only ok handshakes have a version; failed ones none.
+                    if (r == 0) == (v == 0) {
+                        continue;
+                    }
+                    let n = self.sum(|s| s.listeners[li].tls_handshakes[r][v].get());
+                    let _ = writeln!(
+                        o,
+                        "zgix_tls_handshakes_total{{listener=\"{}\",result=\"{result}\",version=\"{version}\"}} {n}",
+                        Esc(name)
+                    );
+                }
+            }
+        }
+        family(
+            o,
+            "zgix_tls_resumed_total",
+            "counter",
+            "TLS handshakes that resumed a session from a ticket, by listener.",
+        );
+        for &(li, name, _) in &tls {
+            let n = self.sum(|s| s.listeners[li].tls_resumed.get());
+            let _ = writeln!(
+                o,
+                "zgix_tls_resumed_total{{listener=\"{}\"}} {n}",
+                Esc(name)
+            );
+        }
+        family(
+            o,
+            "zgix_tls_handshake_seconds",
+            "histogram",
+            "Time from a connection's first ClientHello byte to the end of its TLS handshake, by listener.",
+        );
+        for &(li, name, _) in &tls {
+            let mut h = Summed::default();
+            for s in &self.shards {
+                h.add(&s.listeners[li].tls_handshake_time);
+            }
+            h.write(
+                o,
+                "zgix_tls_handshake_seconds",
+                &format!("listener=\"{}\"", Esc(name)),
+            );
+        }
+        family(
+            o,
+            "zgix_tls_certificate_expiry_seconds",
+            "gauge",
+            "A listener certificate's notAfter, in seconds since the epoch, by listener and the certificate's first name.",
+        );
+        for &(_, name, certs) in &tls {
+            for (cert, not_after) in certs {
+                let _ = writeln!(
+                    o,
+                    "zgix_tls_certificate_expiry_seconds{{listener=\"{}\",name=\"{}\"}} {not_after}",
+                    Esc(name),
+                    Esc(cert)
+                );
+            }
         }
     }
 

@@ -13,11 +13,49 @@ fn gauges() -> TableGauges {
 }
 
 fn render(m: &Metrics) -> String {
+    let certs = [("site.example".to_string(), 1_900_000_000i64)];
     let names = Labels {
         listeners: vec!["public", "127.0.0.1:0#1"],
         clusters: vec!["api"],
+        tls: vec![Some(&certs[..]), None],
     };
     m.render(&names, &gauges())
+}
+
+#[test]
+fn tls_series_exist_for_tls_listeners_only() {
+    let m = Metrics::new(2, 2, 1);
+    m.shards[1].listeners[0].tls_handshakes[0][2].inc();
+    m.shards[0].listeners[0].tls_handshakes[3][0].inc();
+    m.shards[0].listeners[0].tls_resumed.inc();
+    m.shards[0].listeners[0].tls_handshake_time.record(1_500);
+    let t = render(&m);
+    let ok = "zgix_tls_handshakes_total{listener=\"public\",result=\"ok\",version=\"TLSv1.3\"}";
+    assert_eq!(value(&t, ok), 1.0);
+    let bad =
+        "zgix_tls_handshakes_total{listener=\"public\",result=\"bad_hello\",version=\"none\"}";
+    assert_eq!(value(&t, bad), 1.0);
+    assert!(!t.contains("result=\"ok\",version=\"none\""), "{t}");
+    assert!(!t.contains("result=\"alert\",version=\"TLSv1.2\""), "{t}");
+    assert_eq!(
+        value(&t, "zgix_tls_resumed_total{listener=\"public\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&t, "zgix_tls_handshake_seconds_count{listener=\"public\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &t,
+            "zgix_tls_certificate_expiry_seconds{listener=\"public\",name=\"site.example\"}"
+        ),
+        1_900_000_000.0
+    );
+    assert!(
+        !t.contains("listener=\"127.0.0.1:0#1\",result="),
+        "no TLS series for a plaintext listener"
+    );
 }
 
 fn value(text: &str, series: &str) -> f64 {
