@@ -1,0 +1,346 @@
+//! End-to-end TLS termination with real clients (curl, openssl s_client) on loopback: certificates by SNI, ALPN, versions, session tickets resumed across shards, plaintext HTTP on the TLS port, X-Forwarded-Proto, admission on TLS, --check and reload reading the certificates, and the TLS series in /metrics. Certificates are made by the test (rcgen); none is committed.
+
+mod lifecycle_support;
+mod support;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use lifecycle_support::Proc;
+use support::{metrics_text, run_zgix, series, with_test_defaults, Origin, TempConfig, Zgix};
+
+/// A scratch directory with a CA-less self-signed certificate per name set.
+struct Certs {
+    dir: PathBuf,
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Certs {
+    fn new(tag: &str) -> Certs {
+        let dir = std::env::temp_dir().join(format!("zgix-tls-e2e-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Certs { dir }
+    }
+
+    /// Writes `<stem>.pem` and `<stem>.key` for `names` (ECDSA P-256), valid
+    /// `days` more days.
+    fn make(&self, stem: &str, names: &[&str], days: i64) -> (PathBuf, PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, names[0]);
+        let today = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            / 86_400;
+        let (y, m, d) = civil(today - 1);
+        p.not_before = rcgen::date_time_ymd(y, m, d);
+        let (y, m, d) = civil(today + days + 1);
+        p.not_after = rcgen::date_time_ymd(y, m, d);
+        let cert = p.self_signed(&key).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{stem}.pem")),
+            self.dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+/// The civil date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil(days: i64) -> (i32, u8, u8) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y as i32, m as u8, d as u8)
+}
+
+fn config(origin: SocketAddr, tls: &str, extra_http: &str) -> String {
+    format!(
+        r#"{{"cpus": [0, 1], "admin": {{"bind": "127.0.0.1:0"}},
+            "listeners": [{{"bind": "127.0.0.1:0", "name": "public", "tls": {tls},
+                           "http": {{"cluster": "c"{extra_http}}}}}],
+            "clusters": {{"c": {{"endpoints": ["{origin}"]}}}}}}"#
+    )
+}
+
+fn tls_block(certs: &[(PathBuf, PathBuf)], more: &str) -> String {
+    let list: Vec<String> = certs
+        .iter()
+        .map(|(c, k)| format!(r#"{{"cert": "{}", "key": "{}"}}"#, c.display(), k.display()))
+        .collect();
+    format!(r#"{{"certificates": [{}]{more}}}"#, list.join(", "))
+}
+
+/// `curl` over TLS to `name` (resolved to `addr`), trusting `ca`; returns
+/// (HTTP status, stderr).
+fn curl(addr: SocketAddr, name: &str, ca: &Path, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("--cacert")
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{}:127.0.0.1", addr.port()))
+        .arg(format!("https://{name}:{}{path}", addr.port()))
+        .output()
+        .expect("run curl");
+    let code = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `openssl s_client` with `args`, sending one HTTP request; its stdout and
+/// stderr together.
+fn s_client(addr: SocketAddr, args: &[&str]) -> String {
+    let mut child = Command::new("openssl")
+        .arg("s_client")
+        .arg("-connect")
+        .arg(addr.to_string())
+        // Wait for the answer after stdin ends (the request closes it).
+        .arg("-ign_eof")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl");
+    let _ = child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn curl_gets_200_over_tls_with_the_certificate_its_sni_names_and_forwarded_proto_https() {
+    let certs = Certs::new("sni");
+    let site = certs.make("site", &["site.example"], 90);
+    let api = certs.make("api", &["api.example", "*.api.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(&[site.clone(), api.clone()], ""),
+        "",
+    ));
+    let addr = z.addr();
+    let (code, err) = curl(addr, "site.example", &site.0, "/a");
+    assert_eq!(code, 200, "{err}");
+    // The api certificate answers for its wildcard; trusting only it proves
+    // it was the one sent.
+    let (code, err) = curl(addr, "v1.api.example", &api.0, "/b");
+    assert_eq!(code, 200, "{err}");
+    // Trusting the other certificate fails: SNI picked this one.
+    let (code, _) = curl(addr, "v1.api.example", &site.0, "/c");
+    assert_eq!(code, 0, "a certificate for another name must not verify");
+    let heads: Vec<String> = o
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.head).into_owned())
+        .collect();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    for h in &heads {
+        assert!(h.contains("\r\nX-Forwarded-Proto: https\r\n"), "{h}");
+    }
+    let m = metrics_text(&z);
+    assert_eq!(
+        series(
+            &m,
+            "zgix_tls_handshakes_total{listener=\"public\",result=\"ok\",version=\"TLSv1.3\"}"
+        ),
+        2.0,
+        "{m}"
+    );
+    assert!(
+        series(
+            &m,
+            "zgix_tls_handshakes_total{listener=\"public\",result=\"alert\",version=\"none\"}"
+        ) >= 1.0,
+        "the client that did not trust the certificate: {m}"
+    );
+    assert!(m.contains(
+        "zgix_tls_certificate_expiry_seconds{listener=\"public\",name=\"site.example\"} "
+    ));
+}
+
+#[test]
+fn openssl_sees_alpn_refuses_tls11_and_resumes_across_shards() {
+    let certs = Certs::new("ossl");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(o.addr(), &tls_block(&[site.clone()], ""), ""));
+    assert_eq!(z.shards, 2);
+    let addr = z.addr();
+    let out = s_client(
+        addr,
+        &[
+            "-servername",
+            "site.example",
+            "-alpn",
+            "http/1.1",
+            "-tls1_3",
+        ],
+    );
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    assert!(out.contains("HTTP/1.1 200 "), "{out}");
+    let out = s_client(addr, &["-servername", "site.example", "-tls1_1"]);
+    assert!(
+        !out.contains("HTTP/1.1 200 "),
+        "TLS 1.1 must not be spoken: {out}"
+    );
+    // One session, then 20 reconnects with its ticket: the connections land
+    // on both shards (SO_REUSEPORT), every one resumes.
+    let sess = certs.dir.join("sess.pem");
+    let sess_s = sess.to_string_lossy().into_owned();
+    let out = s_client(addr, &["-servername", "site.example", "-sess_out", &sess_s]);
+    assert!(out.contains("HTTP/1.1 200 "), "{out}");
+    let mut reused = 0;
+    for _ in 0..20 {
+        let out = s_client(addr, &["-servername", "site.example", "-sess_in", &sess_s]);
+        if out.contains("Reused, TLSv1.3") {
+            reused += 1;
+        }
+    }
+    assert_eq!(reused, 20);
+    let m = metrics_text(&z);
+    assert_eq!(
+        series(&m, "zgix_tls_resumed_total{listener=\"public\"}"),
+        20.0
+    );
+}
+
+#[test]
+fn plaintext_http_on_the_tls_port_gets_400_in_cleartext() {
+    let certs = Certs::new("plain");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(o.addr(), &tls_block(&[site], ""), ""));
+    let mut c = support::Client::connect(z.addr());
+    let r = c.request(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 400, "{}", r.show());
+    assert!(o.requests().is_empty());
+    let m = metrics_text(&z);
+    assert_eq!(
+        series(
+            &m,
+            "zgix_tls_handshakes_total{listener=\"public\",result=\"plaintext\",version=\"none\"}"
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn the_rate_limit_counts_tls_requests_like_plain_ones() {
+    let certs = Certs::new("rate");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(&[site.clone()], ""),
+        r#", "rate_limit": {"requests": 1, "window_ms": 3600000, "burst": 2}"#,
+    ));
+    let codes: Vec<u16> = (0..3)
+        .map(|_| curl(z.addr(), "site.example", &site.0, "/").0)
+        .collect();
+    assert_eq!(codes, [200, 200, 429]);
+}
+
+#[test]
+fn check_and_reload_read_the_certificates() {
+    let certs = Certs::new("check");
+    let good = certs.make("good", &["site.example"], 90);
+    let soon = certs.make("soon", &["soon.example"], 3);
+    let other = certs.make("other", &["other.example"], 90);
+    let o = Origin::start();
+    // A key of another certificate, and a missing file: both named.
+    let bad = tls_block(
+        &[
+            (good.0.clone(), other.1.clone()),
+            (certs.dir.join("none.pem"), good.1.clone()),
+        ],
+        "",
+    );
+    let file = TempConfig::new(&with_test_defaults(&config(o.addr(), &bad, "")));
+    let r = run_zgix(&["--check", "--config", &file.path.to_string_lossy()]);
+    assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("listeners[0].tls.certificates[0]: ")
+            && r.stderr.contains("does not match the certificate"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("listeners[0].tls.certificates[1]: ")
+            && r.stderr.contains("none.pem: cannot read it"),
+        "{}",
+        r.stderr
+    );
+    let warn = TempConfig::new(&with_test_defaults(&config(
+        o.addr(),
+        &tls_block(&[soon], ""),
+        "",
+    )));
+    let r = run_zgix(&["--check", "--config", &warn.path.to_string_lossy()]);
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("warning: listeners[0].tls.certificates[0].cert: the certificate expires in"),
+        "{}",
+        r.stderr
+    );
+
+    // Reload onto another certificate: new connections get it; a bad file
+    // refuses the reload and the old certificate keeps serving.
+    let p = Proc::start(&config(o.addr(), &tls_block(&[good.clone()], ""), ""), &[]);
+    let addr = p.listeners()[0];
+    assert_eq!(curl(addr, "site.example", &good.0, "/").0, 200);
+    p.reload(&config(o.addr(), &tls_block(&[other.clone()], ""), ""), 1);
+    let addr = p.listeners()[0];
+    assert_eq!(curl(addr, "other.example", &other.0, "/").0, 200);
+    p.write_config(&config(o.addr(), &bad, ""));
+    p.signal("HUP");
+    let log = p.wait_log("reload rejected", 1);
+    assert!(
+        log.contains("reload: listeners[0].tls.certificates[0]: "),
+        "{log}"
+    );
+    assert_eq!(
+        curl(addr, "other.example", &other.0, "/").0,
+        200,
+        "the old certificate serves"
+    );
+}
