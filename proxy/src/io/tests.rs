@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{Driver, Kind, Listener, Options, Sock};
 
 /// Runs `f` on a glommio executor with a driver of `opts` turning beside it.
-fn on_driver<F, Fut>(opts: Options, f: F)
+pub(super) fn on_driver<F, Fut>(opts: Options, f: F)
 where
     F: FnOnce(Rc<Driver>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -29,12 +29,12 @@ where
         .expect("join");
 }
 
-fn kinds() -> [Kind; 2] {
+pub(super) fn kinds() -> [Kind; 2] {
     [Kind::Uring, Kind::Epoll]
 }
 
 /// A listener on the driver and a connected (driver socket, std peer) pair.
-async fn pair(d: &Rc<Driver>) -> (Sock, StdStream) {
+pub(super) async fn pair(d: &Rc<Driver>) -> (Sock, StdStream) {
     let fd = super::bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
     let l = Listener::from_fd(fd, d).unwrap();
     let addr = l.local_addr().unwrap();
@@ -48,7 +48,7 @@ async fn pair(d: &Rc<Driver>) -> (Sock, StdStream) {
 }
 
 /// Waits on the driver's clock until `cond` holds (bounded).
-async fn until(d: &Rc<Driver>, what: &str, mut cond: impl FnMut() -> bool) {
+pub(super) async fn until(d: &Rc<Driver>, what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..2000 {
         if cond() {
             return;
