@@ -11,8 +11,10 @@
 //! - [`uring`]: zgix's own ring, `SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN
 //!   | TASKRUN_FLAG | SUBMIT_ALL`. Client and upstream sockets receive with
 //!   multishot `recv` into a per-shard provided-buffer ring, listeners accept
-//!   with multishot `accept`, sends and connects are SQEs that the driver
-//!   submits once per executor turn together with the reaping of completions.
+//!   with single `accept`s submitted as the accept loop asks (none while it
+//!   is paused at the cap), sends (of driver-owned copies of the bytes) and
+//!   connects are SQEs that the driver submits once per executor turn
+//!   together with the reaping of completions.
 //!   Sends are tried inline (`MSG_DONTWAIT`); a shard about to park leaves
 //!   them for the park's `io_uring_enter`, which submits them and sleeps
 //!   until the next event past their completions ([`Turn`]).
@@ -22,6 +24,12 @@
 //!   no cross-core interrupt per event.
 //! - [`epoll`]: non-blocking `recv`/`send`/`accept4`/`connect` on readiness
 //!   from an edge-triggered epoll set; what runs where a ring is refused.
+//!
+//! Both sit below one interface ([`ops`]): registering, closing, reading,
+//! writing, connecting and accepting are written once, and each backend
+//! keeps its own per-socket state ([`uring::USock`], [`epoll::ESock`]).
+//! Socket deadlines and timers live in a heap ([`deadline`]): expiry costs
+//! the waits that expire, not a scan of every socket.
 //!
 //! # Parking
 //!

@@ -7,8 +7,8 @@
 //! buffer until its completion. So a ring send first copies (up to
 //! [`BIG`] bytes of) the caller's slice into a chunk the driver owns; the
 //! chunk stays with the socket's slot until the completion arrives, whatever
-//! happens to the future, and then goes back to the pool. Chunks come in two
-//! sizes (small replies take a [`SMALL`] one) and the pool keeps up to
+//! happens to the future, and then goes back to the pool. Chunks come in
+//! three sizes ([`SIZES`]: 4, 16 and 64 KiB) and the pool keeps up to
 //! [`POOLED`] of each idle, so a shard in steady state allocates nothing per
 //! send; the copy is a `memcpy` of bytes that are hot in cache.
 
@@ -19,8 +19,9 @@ use io_uring::types::BufRingEntry;
 
 use super::super::buf::Mapping;
 
-/// A send chunk for small writes (a reply head, a small body).
-pub(crate) const SMALL: usize = 4 << 10;
+/// The sizes of send chunks: a write takes the smallest that holds it (a
+/// reply head, a default 16 KiB streaming buffer, a long write's piece).
+const SIZES: [usize; 3] = [4 << 10, 16 << 10, BIG];
 /// The largest chunk: a longer write sends this much and returns the count.
 pub(crate) const BIG: usize = 64 << 10;
 /// Idle chunks kept per size.
@@ -42,40 +43,35 @@ impl Chunk {
     }
 }
 
-/// Idle send chunks of one shard.
+/// Idle send chunks of one shard, by size.
 #[derive(Default)]
 pub(super) struct SendPool {
-    small: RefCell<Vec<Box<[u8]>>>,
-    big: RefCell<Vec<Box<[u8]>>>,
+    idle: [RefCell<Vec<Box<[u8]>>>; 3],
 }
 
 impl SendPool {
     /// A chunk holding the first `min(src.len(), BIG)` bytes of `src`.
     pub(super) fn fill(&self, src: &[u8]) -> Chunk {
         let len = src.len().min(BIG);
-        let (pool, size) = if len <= SMALL {
-            (&self.small, SMALL)
-        } else {
-            (&self.big, BIG)
-        };
-        let mut buf = pool
+        let class = SIZES
+            .iter()
+            .position(|&n| len <= n)
+            .unwrap_or(SIZES.len() - 1);
+        let mut buf = self.idle[class]
             .borrow_mut()
             .pop()
-            .unwrap_or_else(|| vec![0u8; size].into_boxed_slice());
+            .unwrap_or_else(|| vec![0u8; SIZES[class]].into_boxed_slice());
         buf[..len].copy_from_slice(&src[..len]);
         Chunk { buf, len }
     }
 
     /// Takes back a chunk whose send completed.
     pub(super) fn give(&self, c: Chunk) {
-        let pool = if c.buf.len() == SMALL {
-            &self.small
-        } else {
-            &self.big
-        };
-        let mut p = pool.borrow_mut();
-        if p.len() < POOLED {
-            p.push(c.buf);
+        if let Some(class) = SIZES.iter().position(|&n| n == c.buf.len()) {
+            let mut idle = self.idle[class].borrow_mut();
+            if idle.len() < POOLED {
+                idle.push(c.buf);
+            }
         }
     }
 }

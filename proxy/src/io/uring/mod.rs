@@ -1,4 +1,4 @@
-//! The io_uring backend: zgix's own ring per shard, multishot receive into a provided-buffer ring, multishot accept, batched sends and connects.
+//! The io_uring backend: zgix's own ring per shard, multishot receive into a provided-buffer ring, accepts taken on demand, batched sends (of driver-owned chunks) and connects.
 //!
 //! # Buffer ownership
 //!
