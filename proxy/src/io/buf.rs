@@ -52,11 +52,24 @@ pub struct Buf {
 }
 
 impl Buf {
-    /// A buffer of `len` bytes; aborts like an allocation failure when the
-    /// kernel refuses the mapping.
+    /// A buffer of `len` bytes, or the kernel's refusal of the mapping
+    /// (`ENOMEM`: the address space or `vm.max_map_count` is exhausted). It
+    /// never panics: a connection that cannot get its buffer can be
+    /// answered (503) or closed while the rest of the shard goes on.
+    pub fn try_new(len: usize) -> io::Result<Buf> {
+        Ok(Buf {
+            map: Mapping::new(len)?,
+            len,
+        })
+    }
+
+    /// A buffer of `len` bytes; panics (an abort of the whole process in
+    /// release builds, `panic = "abort"`) when the kernel refuses the
+    /// mapping. Kept only for the callers not yet moved to
+    /// [`Buf::try_new`], which is what new code uses.
     pub fn new(len: usize) -> Buf {
-        match Mapping::new(len) {
-            Ok(map) => Buf { map, len },
+        match Buf::try_new(len) {
+            Ok(b) => b,
             Err(e) => panic!("cannot map a {len}-byte buffer: {e}"),
         }
     }

@@ -7,10 +7,36 @@
 //! only tried when it can make progress, and `EAGAIN` clears the flag.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use super::{Driver, Role, Slot};
+use super::addr::sockaddr;
+use super::{Driver, Role, Slot, State};
+
+/// epoll's own per-socket state: the last edges seen.
+#[derive(Default)]
+pub(super) struct ESock {
+    /// An edge said readable / writable and no syscall has said otherwise since.
+    readable: bool,
+    writable: bool,
+}
+
+impl ESock {
+    /// A connecting socket (`connected` false) is not writable until its
+    /// connect completes: the `EPOLLOUT` edge says so.
+    pub(super) fn new(connected: bool) -> ESock {
+        // Adding an fd to an edge-triggered set reports the readiness it
+        // already has, so the read side starts "not known readable": an idle
+        // connection then waits for its first byte without a buffer or a
+        // `recv` that would only say EAGAIN.
+        ESock {
+            readable: false,
+            writable: connected,
+        }
+    }
+}
 
 const EVENTS: usize = 256;
 /// The token of the wake-up eventfd in the set.
@@ -61,13 +87,8 @@ impl Epoll {
         Ok(())
     }
 
-    pub(super) fn register(&self, d: &Driver, fd: RawFd, token: u32, role: Role) -> io::Result<()> {
+    pub(super) fn register(&self, fd: RawFd, token: u32, role: Role) -> io::Result<()> {
         set_nonblocking(fd)?;
-        // Adding an fd to an edge-triggered set reports the readiness it
-        // already has, so the read side starts "not known readable": an idle
-        // connection then waits for its first byte without a buffer or a
-        // `recv` that would only say EAGAIN.
-        d.st.borrow_mut().slots[token as usize].readable = false;
         let events = match role {
             Role::Stream => libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP,
             Role::Listener => libc::EPOLLIN,
@@ -75,21 +96,112 @@ impl Epoll {
         self.add(fd, token as u64, events as u32)
     }
 
-    pub(super) fn release(&self, d: &Driver, token: u32) {
-        let mut st = d.st.borrow_mut();
-        let fd = st.slots[token as usize].fd;
-        // SAFETY: fd is still open; it is removed from the set, then closed once.
-        unsafe {
-            libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
-            libc::close(fd);
+    /// Takes a released socket out of the set; it has no kernel operation
+    /// in flight (every syscall here is synchronous), so it can close now.
+    pub(super) fn release(&self, s: &mut Slot) -> bool {
+        // SAFETY: fd is still open; it is removed from the set (closed by the caller).
+        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, s.fd, std::ptr::null_mut()) };
+        true
+    }
+
+    /// Issues a non-blocking connect before the socket joins the set (so
+    /// the set reports its state once connecting, never the unconnected one).
+    pub(super) fn begin_connect(fd: RawFd, addr: SocketAddr) -> io::Result<()> {
+        let (storage, len) = sockaddr(addr);
+        // SAFETY: storage holds a valid address of `len` bytes; fd is open;
+        // the call is synchronous (the kernel copies the address).
+        let rc =
+            unsafe { libc::connect(fd, (&storage as *const libc::sockaddr_storage).cast(), len) };
+        if rc < 0 {
+            let e = last();
+            if e.raw_os_error() != Some(libc::EINPROGRESS) {
+                return Err(e);
+            }
         }
-        Driver::free_slot(&mut st, token);
+        Ok(())
+    }
+
+    /// The connect is done once the socket is writable (or failed): its
+    /// `SO_ERROR` says how. Until then it waits, up to `deadline`.
+    pub(super) fn poll_connect(
+        st: &mut State,
+        token: u32,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+        now: Instant,
+    ) -> Poll<io::Result<()>> {
+        let s = &mut st.slots[token as usize];
+        if s.be.e().writable || s.hup {
+            let mut err: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: err/len are valid for the call; fd is open.
+            let rc = unsafe {
+                libc::getsockopt(
+                    s.fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    (&mut err as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            return Poll::Ready(if rc < 0 {
+                Err(last())
+            } else if err != 0 {
+                Err(io::Error::from_raw_os_error(err))
+            } else {
+                Ok(())
+            });
+        }
+        if let Err(e) = Driver::wait_write(st, token, cx, deadline, now) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Pending
+    }
+
+    /// One non-blocking `send` of the caller's bytes (synchronous: the
+    /// kernel has copied them when it returns); waits for an `EPOLLOUT`
+    /// edge, up to `deadline`, when the socket is full.
+    pub(super) fn poll_write(
+        st: &mut State,
+        token: u32,
+        buf: &[u8],
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+        now: Instant,
+    ) -> Poll<io::Result<usize>> {
+        if let Some(r) = Epoll::try_write(&mut st.slots[token as usize], buf) {
+            return Poll::Ready(r);
+        }
+        if let Err(e) = Driver::wait_write(st, token, cx, deadline, now) {
+            return Poll::Ready(Err(e));
+        }
+        if st.slots[token as usize].be.e().writable {
+            // An edge arrived between the send and now.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+
+    /// Whether the peer closed or sent something unasked.
+    pub(super) fn is_stale(s: &mut Slot) -> bool {
+        let mut b = [0u8; 1];
+        // SAFETY: one writable byte; fd is open; MSG_PEEK leaves data queued.
+        let n = unsafe {
+            libc::recv(
+                s.fd,
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        // Data (n > 0) or EOF (0) both mean stale; EAGAIN means quiet and alive.
+        n >= 0 || last().kind() != io::ErrorKind::WouldBlock
     }
 
     /// One `recv`. `None`: the socket is known empty (or just said `EAGAIN`).
     pub(super) fn try_read(s: &mut Slot, buf: &mut [u8]) -> Option<io::Result<usize>> {
         loop {
-            if !s.readable {
+            if !s.be.e().readable {
                 return None;
             }
             // SAFETY: buf is valid for buf.len() bytes; fd is open.
@@ -98,29 +210,29 @@ impl Epoll {
             if n >= 0 {
                 // Edge-triggered: a short read emptied the socket; later bytes raise a new edge.
                 if (n as usize) < buf.len() && n > 0 && !s.hup {
-                    s.readable = false;
+                    s.be.e().readable = false;
                 }
                 return Some(Ok(n as usize));
             }
             let e = last();
             match e.kind() {
-                io::ErrorKind::WouldBlock => s.readable = s.hup,
+                io::ErrorKind::WouldBlock => s.be.e().readable = s.hup,
                 io::ErrorKind::Interrupted => {}
                 _ => return Some(Err(e)),
             }
-            if s.hup && !s.readable {
+            if s.hup && !s.be.e().readable {
                 return Some(Ok(0));
             }
         }
     }
 
     /// Whether a read could make progress now (an edge not yet consumed).
-    pub(super) fn has_input(s: &Slot) -> bool {
-        s.readable || s.hup
+    pub(super) fn has_input(s: &mut Slot) -> bool {
+        s.be.e().readable || s.hup
     }
 
     /// One `send`. `None`: the socket buffer is full.
-    pub(super) fn try_write(s: &mut Slot, buf: &[u8]) -> Option<io::Result<usize>> {
+    fn try_write(s: &mut Slot, buf: &[u8]) -> Option<io::Result<usize>> {
         loop {
             // SAFETY: buf is valid for buf.len() bytes; fd is open.
             let n = unsafe {
@@ -137,7 +249,7 @@ impl Epoll {
             let e = last();
             match e.kind() {
                 io::ErrorKind::WouldBlock => {
-                    s.writable = false;
+                    s.be.e().writable = false;
                     return None;
                 }
                 io::ErrorKind::Interrupted => {}
@@ -149,7 +261,7 @@ impl Epoll {
     /// One `accept4`. `None`: nothing waiting.
     pub(super) fn try_accept(s: &mut Slot) -> Option<io::Result<RawFd>> {
         loop {
-            if !s.readable {
+            if !s.be.e().readable {
                 return None;
             }
             // SAFETY: plain syscall on the listening socket; no address wanted.
@@ -166,7 +278,7 @@ impl Epoll {
             }
             let e = last();
             match e.kind() {
-                io::ErrorKind::WouldBlock => s.readable = false,
+                io::ErrorKind::WouldBlock => s.be.e().readable = false,
                 io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
                 _ => return Some(Err(e)),
             }
@@ -194,12 +306,16 @@ impl Epoll {
                     continue;
                 }
                 let bits = e.events as i32;
-                let Some(s) = st.slots.get_mut(e.u64 as usize).filter(|s| s.in_use) else {
+                let Some(s) = st
+                    .slots
+                    .get_mut(e.u64 as usize)
+                    .filter(|s| s.in_use && !s.closed)
+                else {
                     continue;
                 };
                 let err = bits & (libc::EPOLLERR | libc::EPOLLHUP) != 0;
                 if s.role == Role::Listener {
-                    s.readable = true;
+                    s.be.e().readable = true;
                     s.rd.wake();
                     continue;
                 }
@@ -207,11 +323,11 @@ impl Epoll {
                     s.hup = true;
                 }
                 if err || bits & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0 {
-                    s.readable = true;
+                    s.be.e().readable = true;
                     s.rd.wake();
                 }
                 if err || bits & libc::EPOLLOUT != 0 {
-                    s.writable = true;
+                    s.be.e().writable = true;
                     s.wr.wake();
                 }
             }

@@ -11,8 +11,10 @@
 //! - [`uring`]: zgix's own ring, `SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN
 //!   | TASKRUN_FLAG | SUBMIT_ALL`. Client and upstream sockets receive with
 //!   multishot `recv` into a per-shard provided-buffer ring, listeners accept
-//!   with multishot `accept`, sends and connects are SQEs that the driver
-//!   submits once per executor turn together with the reaping of completions.
+//!   with single `accept`s submitted as the accept loop asks (none while it
+//!   is paused at the cap), sends (of driver-owned copies of the bytes) and
+//!   connects are SQEs that the driver submits once per executor turn
+//!   together with the reaping of completions.
 //!   Sends are tried inline (`MSG_DONTWAIT`); a shard about to park leaves
 //!   them for the park's `io_uring_enter`, which submits them and sleeps
 //!   until the next event past their completions ([`Turn`]).
@@ -22,6 +24,12 @@
 //!   no cross-core interrupt per event.
 //! - [`epoll`]: non-blocking `recv`/`send`/`accept4`/`connect` on readiness
 //!   from an edge-triggered epoll set; what runs where a ring is refused.
+//!
+//! Both sit below one interface ([`ops`]): registering, closing, reading,
+//! writing, connecting and accepting are written once, and each backend
+//! keeps its own per-socket state ([`uring::USock`], [`epoll::ESock`]).
+//! Socket deadlines and timers live in a heap ([`deadline`]): expiry costs
+//! the waits that expire, not a scan of every socket.
 //!
 //! # Parking
 //!
@@ -36,26 +44,31 @@
 
 mod addr;
 mod buf;
+mod deadline;
 pub mod epoll;
+mod notify;
+mod ops;
 mod sock;
 mod timer;
 pub mod uring;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_soundness;
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Waker;
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 pub use addr::{bind_listener, local_addr, peer_addr};
 pub use buf::Buf;
+pub use notify::Notifier;
 pub use sock::{Listener, Sock};
 pub use timer::Sleep;
 
@@ -157,48 +170,9 @@ pub struct DriverStats {
     /// Sends that waited in the kernel for room because the socket was full
     /// (the inline attempt got `EAGAIN`, or the previous send was short).
     pub sends_waited: Cell<u64>,
-}
-
-/// Wakes a shard's driver from another thread (the drain, a reload).
-pub struct Notifier {
-    fd: RawFd,
-    /// Bumped by every `notify`; the shard compares it with what it saw.
-    pub seq: AtomicU64,
-}
-
-impl Notifier {
-    fn new() -> io::Result<Notifier> {
-        // SAFETY: plain syscall; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Notifier {
-            fd,
-            seq: AtomicU64::new(0),
-        })
-    }
-
-    /// Wakes the shard (it then runs its notification waiters).
-    pub fn notify(&self) {
-        self.seq.fetch_add(1, Ordering::AcqRel);
-        let one: u64 = 1;
-        // SAFETY: fd is an open eventfd; writing 8 bytes is its protocol.
-        unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
-    }
-
-    fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: fd is an open non-blocking eventfd; v is 8 writable bytes.
-        unsafe { libc::read(self.fd, (&mut v as *mut u64).cast(), 8) };
-    }
-}
-
-impl Drop for Notifier {
-    fn drop(&mut self) {
-        // SAFETY: the eventfd is owned here and closed once.
-        unsafe { libc::close(self.fd) };
-    }
+    /// Deadline entries the expiry looked at (each due or stale entry once:
+    /// the work of timing sockets out, O(expired), never a scan of them all).
+    pub deadline_visits: Cell<u64>,
 }
 
 /// What a slot is for.
@@ -209,67 +183,61 @@ enum Role {
     Listener,
 }
 
-/// A kernel operation a slot can have in flight besides its receive (uring).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-enum Op {
-    #[default]
-    Idle,
-    InFlight,
-    /// Cancellation requested (a deadline passed or the waiter went away).
-    Cancelling,
-    Done(i32),
-}
-
-/// One socket's state in the driver.
+/// One socket's state in the driver: what every backend keeps, and the
+/// backend's own part ([`SlotBe`]).
 #[derive(Default)]
 struct Slot {
     in_use: bool,
     gen: u32,
     fd: RawFd,
     role: Role,
-    /// Set when the owner dropped its handle; freed once no kernel op refers to it.
+    /// Set when the owner dropped its handle; freed (and its descriptor
+    /// closed) once no kernel operation names it.
     closed: bool,
-    /// epoll: an edge said readable / writable and no syscall has said otherwise since.
-    readable: bool,
-    writable: bool,
     /// The peer closed or the socket failed: reads return EOF (or `error`) from now on.
     hup: bool,
     /// errno of a failed receive, or 0.
     error: i32,
+    /// A listener whose owner paused accepting.
+    paused: bool,
     /// The read side's waiter (also accepts, for listeners) and the write
     /// side's (sends, connects): a reader and a writer may wait at once.
     rd: Side,
     wr: Side,
-    // --- uring receive state ---
-    /// Received buffers not yet copied out: a list through `Ring::meta`.
-    rq_head: u16,
-    rq_tail: u16,
-    rq_len: u16,
-    /// Bytes of the head buffer already copied out.
-    rq_off: u32,
-    recv_armed: bool,
-    /// The receive was stopped because `rq_len` reached its cap.
-    recv_paused: bool,
-    /// The receive ended with `ENOBUFS` and waits for a buffer to come back;
-    /// meanwhile reads are plain `recv` calls on a readiness poll.
-    recv_starved: bool,
-    /// That readiness poll is armed.
-    poll_armed: bool,
-    /// Send or connect in flight.
-    op: Op,
-    /// The send in flight was submitted with `MSG_DONTWAIT` (it completes
-    /// within the submitting `io_uring_enter`, `EAGAIN` if the socket is full).
-    send_inline: bool,
-    /// The last send found the socket's buffer full (`EAGAIN` or a short
-    /// write): the next one waits for room in the kernel instead.
-    send_full: bool,
-    /// Kernel operations that refer to this slot (the slot is not reused before 0).
-    ops: u8,
-    /// Accepted descriptors not yet taken (listeners).
-    accepted: VecDeque<RawFd>,
-    /// Accept errors not yet reported (listeners, uring).
-    accept_error: i32,
+    be: SlotBe,
 }
+
+/// A backend's own per-socket state.
+enum SlotBe {
+    Uring(uring::USock),
+    Epoll(epoll::ESock),
+}
+
+impl Default for SlotBe {
+    fn default() -> Self {
+        SlotBe::Epoll(epoll::ESock::default())
+    }
+}
+
+impl SlotBe {
+    fn u(&mut self) -> &mut uring::USock {
+        match self {
+            SlotBe::Uring(u) => u,
+            SlotBe::Epoll(_) => unreachable!("a ring slot on the epoll backend"),
+        }
+    }
+
+    fn e(&mut self) -> &mut epoll::ESock {
+        match self {
+            SlotBe::Epoll(e) => e,
+            SlotBe::Uring(_) => unreachable!("an epoll slot on the ring backend"),
+        }
+    }
+}
+
+/// Which side of a slot a deadline belongs to.
+const RD: u8 = 0;
+const WR: u8 = 1;
 
 /// One direction's waiter, its deadline, and whether that deadline passed.
 #[derive(Default)]
@@ -283,7 +251,7 @@ impl Side {
     /// Parks `cx` here until woken or `deadline`; `Err` if it already passed.
     fn wait(
         &mut self,
-        cx: &std::task::Context<'_>,
+        cx: &Context<'_>,
         deadline: Option<Instant>,
         now: Instant,
     ) -> io::Result<()> {
@@ -296,11 +264,15 @@ impl Side {
             }
         }
         self.deadline = deadline;
+        self.set_waker(cx);
+        Ok(())
+    }
+
+    fn set_waker(&mut self, cx: &Context<'_>) {
         match &self.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
             _ => self.waker = Some(cx.waker().clone()),
         }
-        Ok(())
     }
 
     fn wake(&mut self) {
@@ -316,13 +288,56 @@ fn timed_out() -> io::Error {
 
 const NO_BUF: u16 = u16::MAX;
 
+/// A socket deadline's key: token, generation, side.
+type DeadlineKey = (u32, u32, u8);
+
 /// The slot table and timers, borrowed only inside driver methods.
 struct State {
     slots: Vec<Slot>,
     free: Vec<u32>,
     timers: timer::Timers,
-    /// No slot deadline is earlier than this (it may be early, never late).
-    next_expiry: Option<Instant>,
+    /// Every socket wait's deadline (stale entries are skipped).
+    deadlines: deadline::Deadlines<DeadlineKey>,
+}
+
+impl State {
+    /// Parks `cx` on side `which` of `token` until woken or `deadline`
+    /// (`Err` once it passed), arming the deadline when it is new.
+    fn wait_side(
+        &mut self,
+        token: u32,
+        which: u8,
+        cx: &Context<'_>,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> io::Result<()> {
+        let s = &mut self.slots[token as usize];
+        let gen = s.gen;
+        let side = if which == RD { &mut s.rd } else { &mut s.wr };
+        let prev = side.deadline;
+        side.wait(cx, deadline, now)?;
+        if let Some(d) = deadline.filter(|d| prev != Some(*d)) {
+            self.arm_deadline(d, (token, gen, which));
+        }
+        Ok(())
+    }
+
+    fn arm_deadline(&mut self, d: Instant, key: DeadlineKey) {
+        if self.deadlines.should_compact() {
+            let slots = &self.slots;
+            self.deadlines.compact(|k, at| deadline_live(slots, k, at));
+        }
+        self.deadlines.push(d, key);
+    }
+}
+
+/// Whether deadline entry `key` at `at` still belongs to a waiting side.
+fn deadline_live(slots: &[Slot], (token, gen, which): DeadlineKey, at: Instant) -> bool {
+    let Some(s) = slots.get(token as usize) else {
+        return false;
+    };
+    let side = if which == RD { &s.rd } else { &s.wr };
+    s.in_use && s.gen == gen && side.deadline == Some(at) && side.waker.is_some()
 }
 
 #[allow(clippy::large_enum_variant)] // one per shard, never moved
@@ -362,7 +377,7 @@ impl Driver {
                 slots: Vec::with_capacity(1024),
                 free: Vec::with_capacity(1024),
                 timers: timer::Timers::default(),
-                next_expiry: None,
+                deadlines: deadline::Deadlines::default(),
             }),
             stopped: Cell::new(false),
             spin: opts.spin,
@@ -501,145 +516,38 @@ impl Driver {
         }
     }
 
-    /// Blocks until slot `token`'s send or connect is no longer in flight
-    /// (used when its waiter is dropped: the kernel may still read the buffer).
-    fn wait_op_done(&self, token: u32) {
-        loop {
-            let busy = {
-                let st = self.st.borrow();
-                matches!(st.slots[token as usize].op, Op::InFlight | Op::Cancelling)
-            };
-            if !busy {
-                return;
-            }
-            self.turn(Turn::Wait(Duration::from_millis(100)));
-        }
-    }
-
-    /// Registers a socket of `role` and returns its token; `arm` starts its
-    /// receive at once (not for a socket still connecting).
-    fn register(&self, fd: RawFd, role: Role, arm: bool) -> io::Result<u32> {
-        let token = {
-            let mut st = self.st.borrow_mut();
-            let token = match st.free.pop() {
-                Some(t) => t,
-                None => {
-                    st.slots.push(Slot::default());
-                    (st.slots.len() - 1) as u32
-                }
-            };
-            let s = &mut st.slots[token as usize];
-            let gen = s.gen.wrapping_add(1) & 0x00ff_ffff;
-            let accepted = std::mem::take(&mut s.accepted);
-            *s = Slot {
-                in_use: true,
-                gen,
-                fd,
-                role,
-                readable: true,
-                writable: true,
-                rq_head: NO_BUF,
-                rq_tail: NO_BUF,
-                accepted,
-                ..Slot::default()
-            };
-            token
-        };
-        let r = match &self.backend {
-            Backend::Uring(r) => r.register(self, token, arm),
-            Backend::Epoll(e) => e.register(self, fd, token, role),
-        };
-        if let Err(e) = r {
-            let mut st = self.st.borrow_mut();
-            st.slots[token as usize].in_use = false;
-            st.free.push(token);
-            return Err(e);
-        }
-        Ok(token)
-    }
-
-    /// The owner let go of `token`: stop its kernel work, close the socket,
-    /// free the slot once nothing refers to it.
-    fn release(&self, token: u32) {
-        match &self.backend {
-            Backend::Uring(r) => r.release(self, token),
-            Backend::Epoll(e) => e.release(self, token),
-        }
-    }
-
-    /// Frees a slot with no kernel op left (called by the backends).
-    fn free_slot(st: &mut State, token: u32) {
-        let s = &mut st.slots[token as usize];
-        s.in_use = false;
-        s.rd = Side::default();
-        s.wr = Side::default();
-        for fd in s.accepted.drain(..) {
-            // SAFETY: accepted descriptors nobody took are ours to close.
-            unsafe { libc::close(fd) };
-        }
-        st.free.push(token);
-    }
-
-    fn note_deadline(st: &mut State, d: Instant) {
-        if st.next_expiry.is_none_or(|n| d < n) {
-            st.next_expiry = Some(d);
-        }
-    }
-
     fn next_wake(&self) -> Option<Instant> {
-        let st = self.st.borrow();
-        match (st.next_expiry, st.timers.next()) {
+        let mut st = self.st.borrow_mut();
+        let st = &mut *st;
+        let slots = &st.slots;
+        st.deadlines.prune(|k, at| deadline_live(slots, k, at));
+        match (st.deadlines.next(), st.timers.next()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    /// Fires due timers and times out due socket waits. Returns how many fired.
+    /// Fires due timers and times out due socket waits. Returns how many
+    /// fired; the work is the due (and stale) heap entries, not the sockets.
     fn expire(&self, now: Instant) -> usize {
-        let mut fired = 0;
-        let mut wake: [Option<Waker>; 32] = Default::default();
-        let mut nwake = 0;
-        {
-            let mut st = self.st.borrow_mut();
-            fired += st.timers.fire(now);
-            if st.next_expiry.is_none_or(|d| now < d) {
-                return fired;
+        let mut st = self.st.borrow_mut();
+        let st = &mut *st;
+        let mut fired = st.timers.fire(now);
+        let slots = &mut st.slots;
+        let visited = st.deadlines.pop_due(now, |key, at| {
+            if !deadline_live(slots, key, at) {
+                return;
             }
-            let mut next: Option<Instant> = None;
-            for s in st.slots.iter_mut() {
-                if !s.in_use {
-                    continue;
-                }
-                for side in [&mut s.rd, &mut s.wr] {
-                    if side.waker.is_none() {
-                        continue;
-                    }
-                    match side.deadline {
-                        Some(d) if now >= d => {
-                            side.timed_out = true;
-                            side.deadline = None;
-                            fired += 1;
-                            if let Some(w) = side.waker.take() {
-                                if nwake < wake.len() {
-                                    wake[nwake] = Some(w);
-                                    nwake += 1;
-                                } else {
-                                    w.wake();
-                                }
-                            }
-                        }
-                        Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
-                        None => {}
-                    }
-                }
-            }
-            st.next_expiry = next;
-        }
-        for w in wake.iter_mut().take(nwake) {
-            if let Some(w) = w.take() {
-                w.wake();
-            }
-        }
+            let s = &mut slots[key.0 as usize];
+            let side = if key.2 == RD { &mut s.rd } else { &mut s.wr };
+            side.timed_out = true;
+            side.deadline = None;
+            fired += 1;
+            // Waking only schedules the task: it runs after this borrow ends.
+            side.wake();
+        });
+        let v = &self.stats.deadline_visits;
+        v.set(v.get() + visited as u64);
         fired
     }
 

@@ -1,8 +1,10 @@
-//! zgix's own timers: a slab of (deadline, waker) entries the driver fires between turns and parks until.
+//! zgix's own timers: a slab of (deadline, waker) entries the driver fires between turns and parks until, ordered by a deadline heap.
 //!
 //! A shard has few timers at once (its tick, lingering closes, the drain
-//! deadline, sleeps in tests), so the earliest is found by a scan; socket
-//! timeouts are deadlines kept in the socket slots instead.
+//! deadline, sleeps in tests), but firing and finding the earliest never
+//! scan them: they sit in a [`Deadlines`] heap keyed by slab id and a
+//! sequence number, so a removed or re-used entry is recognised as stale.
+//! Socket timeouts are deadlines in the driver's own heap.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,12 +12,15 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use super::deadline::Deadlines;
 use super::Driver;
 
 #[derive(Default)]
 struct Entry {
     in_use: bool,
     fired: bool,
+    /// Tells this use of the entry from earlier ones (heap entries carry it).
+    seq: u64,
     deadline: Option<Instant>,
     waker: Option<Waker>,
 }
@@ -25,8 +30,9 @@ struct Entry {
 pub(super) struct Timers {
     entries: Vec<Entry>,
     free: Vec<usize>,
-    /// The earliest armed deadline (exact: recomputed on every change).
-    next: Option<Instant>,
+    heap: Deadlines<(usize, u64)>,
+    seq: u64,
+    armed: usize,
 }
 
 impl Timers {
@@ -38,65 +44,67 @@ impl Timers {
                 self.entries.len() - 1
             }
         };
+        self.seq += 1;
         self.entries[id] = Entry {
             in_use: true,
             fired: false,
+            seq: self.seq,
             deadline: Some(deadline),
             waker: None,
         };
-        if self.next.is_none_or(|n| deadline < n) {
-            self.next = Some(deadline);
+        self.armed += 1;
+        if self.heap.should_compact() {
+            let entries = &self.entries;
+            self.heap.compact(|k, at| live(entries, k, at));
         }
+        self.heap.push(deadline, (id, self.seq));
         id
     }
 
     fn remove(&mut self, id: usize) {
         let e = &mut self.entries[id];
-        let was = e.deadline.take();
+        e.deadline = None;
         e.in_use = false;
         e.waker = None;
+        self.armed -= 1;
         self.free.push(id);
-        if was.is_some() && was == self.next {
-            self.recompute();
-        }
     }
 
-    fn recompute(&mut self) {
-        self.next = self
-            .entries
-            .iter()
-            .filter(|e| e.in_use && !e.fired)
-            .filter_map(|e| e.deadline)
-            .min();
-    }
-
-    pub(super) fn next(&self) -> Option<Instant> {
-        self.next
+    /// The earliest armed deadline.
+    pub(super) fn next(&mut self) -> Option<Instant> {
+        let entries = &self.entries;
+        self.heap.prune(|k, at| live(entries, k, at));
+        self.heap.next()
     }
 
     /// Wakes every timer due at `now`; returns how many.
     pub(super) fn fire(&mut self, now: Instant) -> usize {
-        if self.next.is_none_or(|n| now < n) {
-            return 0;
-        }
         let mut n = 0;
-        for e in self.entries.iter_mut() {
-            if e.in_use && !e.fired && e.deadline.is_some_and(|d| d <= now) {
-                e.fired = true;
-                n += 1;
-                if let Some(w) = e.waker.take() {
-                    w.wake();
-                }
+        let entries = &mut self.entries;
+        self.heap.pop_due(now, |k, at| {
+            if !live(entries, k, at) {
+                return;
             }
-        }
-        self.recompute();
+            let e = &mut entries[k.0];
+            e.fired = true;
+            n += 1;
+            if let Some(w) = e.waker.take() {
+                w.wake();
+            }
+        });
         n
     }
 
     /// Timers armed (tests: a dropped sleep must not stay armed).
     pub(super) fn armed(&self) -> usize {
-        self.entries.iter().filter(|e| e.in_use).count()
+        self.armed
     }
+}
+
+/// Whether heap entry `(id, seq)` at `at` is still an armed, unfired timer.
+fn live(entries: &[Entry], (id, seq): (usize, u64), at: Instant) -> bool {
+    let e = &entries[id];
+    e.in_use && !e.fired && e.seq == seq && e.deadline == Some(at)
 }
 
 /// Completes at its deadline. Dropping it disarms the timer.

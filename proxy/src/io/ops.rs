@@ -1,0 +1,264 @@
+//! The one interface above the backends: registering and closing a socket, reading, waiting for input, writing, connecting and accepting are each written once here, and only the backend's own step is chosen by [`Backend`].
+//!
+//! The shape follows monoio's driver: an operation is started and polled
+//! through one entry point ([`Driver::poll_write`], [`Driver::poll_connect`],
+//! [`Driver::poll_accept`], ...), and a future that goes away mid-operation
+//! calls [`Driver::drop_op`], which never blocks: on the ring the driver
+//! keeps what the kernel may still read (the send's chunk, the connect's
+//! address) until the completion arrives.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use super::{epoll, uring, Backend, Driver, Role, Side, Slot, SlotBe, State, RD, WR};
+
+/// Which operation of a slot's write side a future started (ring: the
+/// operation's sequence number; epoll: whether its connect was issued).
+#[derive(Default)]
+pub(super) struct OpId(pub(super) Option<u32>);
+
+impl Driver {
+    /// Registers a socket of `role` and returns its token; `arm` starts its
+    /// receive at once (not for a socket still connecting).
+    pub(super) fn register(&self, fd: RawFd, role: Role, arm: bool) -> io::Result<u32> {
+        let mut st = self.st.borrow_mut();
+        let st = &mut *st;
+        let token = match st.free.pop() {
+            Some(t) => t,
+            None => {
+                st.slots.push(Slot::default());
+                (st.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut st.slots[token as usize];
+        let gen = s.gen.wrapping_add(1) & 0x00ff_ffff;
+        *s = Slot {
+            in_use: true,
+            gen,
+            fd,
+            role,
+            be: match &self.backend {
+                Backend::Uring(_) => SlotBe::Uring(uring::USock::new()),
+                Backend::Epoll(_) => SlotBe::Epoll(epoll::ESock::new(arm)),
+            },
+            ..Slot::default()
+        };
+        let r = match &self.backend {
+            Backend::Uring(r) => r.register(s, token, arm),
+            Backend::Epoll(e) => e.register(fd, token, role),
+        };
+        if let Err(e) = r {
+            let s = &mut st.slots[token as usize];
+            s.in_use = false;
+            s.be = SlotBe::default();
+            st.free.push(token);
+            return Err(e);
+        }
+        Ok(token)
+    }
+
+    /// The owner let go of `token`: its waiters go, its kernel work is
+    /// cancelled, and the socket is closed and the slot freed once no
+    /// submitted or queued kernel operation names the descriptor (so its
+    /// number cannot be reused under an operation still to be issued).
+    pub(super) fn release(&self, token: u32) {
+        let mut st = self.st.borrow_mut();
+        let st = &mut *st;
+        let s = &mut st.slots[token as usize];
+        s.closed = true;
+        s.rd = Side::default();
+        s.wr = Side::default();
+        let idle = match &self.backend {
+            Backend::Uring(r) => r.release(st, token),
+            Backend::Epoll(e) => e.release(s),
+        };
+        if idle {
+            Driver::free_slot(st, token);
+        }
+    }
+
+    /// Closes the descriptor of a released slot with no kernel operation
+    /// left, and frees the slot (called by the backends).
+    pub(super) fn free_slot(st: &mut State, token: u32) {
+        let s = &mut st.slots[token as usize];
+        debug_assert!(s.closed && s.in_use);
+        // SAFETY: the slot owned this descriptor and nothing refers to it
+        // any more; it is closed once, here.
+        unsafe { libc::close(s.fd) };
+        s.in_use = false;
+        s.rd = Side::default();
+        s.wr = Side::default();
+        s.be = SlotBe::default();
+        st.free.push(token);
+    }
+
+    /// Copies what `token` has received into `buf`. `None`: nothing yet.
+    pub(super) fn try_read(&self, token: u32, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r.try_read(&mut st, token, buf),
+            Backend::Epoll(_) => epoll::Epoll::try_read(&mut st.slots[token as usize], buf),
+        }
+    }
+
+    /// Waits on the read side of `token` (`Err` once `deadline` passed).
+    pub(super) fn wait_read(
+        &self,
+        token: u32,
+        cx: &Context<'_>,
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        self.st
+            .borrow_mut()
+            .wait_side(token, RD, cx, deadline, self.now())
+    }
+
+    /// Whether a read of `token` would complete now.
+    pub(super) fn has_input(&self, token: u32) -> bool {
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        match &self.backend {
+            Backend::Uring(r) => r.has_input(s, token),
+            Backend::Epoll(_) => epoll::Epoll::has_input(s),
+        }
+    }
+
+    /// Whether the peer of `token` closed or sent something unasked.
+    pub(super) fn is_stale(&self, token: u32) -> bool {
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        match &self.backend {
+            Backend::Uring(_) => uring::Ring::is_stale(s),
+            Backend::Epoll(_) => epoll::Epoll::is_stale(s),
+        }
+    }
+
+    /// One write of `buf` on `token`: how many bytes the kernel took.
+    pub(super) fn poll_write(
+        &self,
+        token: u32,
+        op: &mut OpId,
+        buf: &[u8],
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let now = self.now();
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r.poll_op(
+                self,
+                &mut st,
+                token,
+                op,
+                uring::What::Send(buf),
+                deadline,
+                cx,
+            ),
+            Backend::Epoll(_) => epoll::Epoll::poll_write(&mut st, token, buf, deadline, cx, now),
+        }
+    }
+
+    /// Starts (first call) or polls the connect of `token` to `addr`.
+    pub(super) fn poll_connect(
+        &self,
+        token: u32,
+        op: &mut OpId,
+        addr: SocketAddr,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let now = self.now();
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r
+                .poll_op(
+                    self,
+                    &mut st,
+                    token,
+                    op,
+                    uring::What::Connect(addr),
+                    deadline,
+                    cx,
+                )
+                .map_ok(|_| ()),
+            Backend::Epoll(_) => epoll::Epoll::poll_connect(&mut st, token, deadline, cx, now),
+        }
+    }
+
+    /// The future of operation `op` on `token` went away: nothing blocks;
+    /// the ring keeps the operation's memory until its completion.
+    pub(super) fn drop_op(&self, token: u32, op: &mut OpId) {
+        if op.0.is_none() {
+            return;
+        }
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        match &self.backend {
+            Backend::Uring(r) => r.drop_op(s, token, op),
+            Backend::Epoll(_) => {
+                op.0 = None;
+                s.wr = Side::default();
+            }
+        }
+    }
+
+    /// Starts receiving on a socket that just connected.
+    pub(super) fn start_receiving(&self, token: u32) {
+        if let Backend::Uring(r) = &self.backend {
+            let mut st = self.st.borrow_mut();
+            r.start_receiving(&mut st.slots[token as usize], token);
+        }
+    }
+
+    /// The next accepted descriptor of listener `token`, if any; else its
+    /// waker is kept. A paused listener hands out only what the kernel had
+    /// already accepted for it and takes nothing more off the backlog.
+    pub(super) fn poll_accept(&self, token: u32, cx: &Context<'_>) -> Poll<io::Result<RawFd>> {
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        let got = match &self.backend {
+            Backend::Uring(r) => r.try_accept(s, token),
+            Backend::Epoll(_) if s.paused => None,
+            Backend::Epoll(_) => epoll::Epoll::try_accept(s),
+        };
+        if let Some(r) = got {
+            return Poll::Ready(r);
+        }
+        s.rd.set_waker(cx);
+        Poll::Pending
+    }
+
+    /// Stops or restarts taking connections off the backlog of listener `token`.
+    pub(super) fn set_accepting(&self, token: u32, on: bool) {
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        s.paused = !on;
+        if on {
+            s.rd.wake();
+        }
+    }
+
+    /// Issues the connect of a new socket where the backend does that
+    /// before registering it (epoll); the ring submits it in [`Driver::poll_connect`].
+    pub(super) fn begin_connect(&self, fd: RawFd, addr: SocketAddr) -> io::Result<()> {
+        match &self.backend {
+            // The ring's connect is an entry submitted by `poll_connect`.
+            Backend::Uring(_) => Ok(()),
+            Backend::Epoll(_) => epoll::Epoll::begin_connect(fd, addr),
+        }
+    }
+
+    /// The write side of `token` waits (`Err` once `deadline` passed).
+    pub(super) fn wait_write(
+        st: &mut State,
+        token: u32,
+        cx: &Context<'_>,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> io::Result<()> {
+        st.wait_side(token, WR, cx, deadline, now)
+    }
+}

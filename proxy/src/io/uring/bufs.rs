@@ -1,0 +1,144 @@
+//! The ring's memory: the provided-buffer ring receives land in, and the pool of send chunks the driver owns from a send's submission to its completion.
+//!
+//! # Send chunks
+//!
+//! `Sock::write(&[u8])` borrows the caller's bytes, and a borrow cannot be
+//! held past a dropped or forgotten future, while the kernel reads a send's
+//! buffer until its completion. So a ring send first copies (up to
+//! [`BIG`] bytes of) the caller's slice into a chunk the driver owns; the
+//! chunk stays with the socket's slot until the completion arrives, whatever
+//! happens to the future, and then goes back to the pool. Chunks come in
+//! three sizes ([`SIZES`]: 4, 16 and 64 KiB) and the pool keeps up to
+//! [`POOLED`] of each idle, so a shard in steady state allocates nothing per
+//! send; the copy is a `memcpy` of bytes that are hot in cache.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+
+use io_uring::types::BufRingEntry;
+
+use super::super::buf::Mapping;
+
+/// The sizes of send chunks: a write takes the smallest that holds it (a
+/// reply head, a default 16 KiB streaming buffer, a long write's piece).
+const SIZES: [usize; 3] = [4 << 10, 16 << 10, BIG];
+/// The largest chunk: a longer write sends this much and returns the count.
+pub(crate) const BIG: usize = 64 << 10;
+/// Idle chunks kept per size.
+const POOLED: usize = 64;
+
+/// Bytes a send owns until its completion.
+pub(crate) struct Chunk {
+    buf: Box<[u8]>,
+    len: usize,
+}
+
+impl Chunk {
+    pub(super) fn ptr(&self) -> *const u8 {
+        self.buf.as_ptr()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Idle send chunks of one shard, by size.
+#[derive(Default)]
+pub(super) struct SendPool {
+    idle: [RefCell<Vec<Box<[u8]>>>; 3],
+}
+
+impl SendPool {
+    /// A chunk holding the first `min(src.len(), BIG)` bytes of `src`.
+    pub(super) fn fill(&self, src: &[u8]) -> Chunk {
+        let len = src.len().min(BIG);
+        let class = SIZES
+            .iter()
+            .position(|&n| len <= n)
+            .unwrap_or(SIZES.len() - 1);
+        let mut buf = self.idle[class]
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| vec![0u8; SIZES[class]].into_boxed_slice());
+        buf[..len].copy_from_slice(&src[..len]);
+        Chunk { buf, len }
+    }
+
+    /// Takes back a chunk whose send completed.
+    pub(super) fn give(&self, c: Chunk) {
+        if let Some(class) = SIZES.iter().position(|&n| n == c.buf.len()) {
+            let mut idle = self.idle[class].borrow_mut();
+            if idle.len() < POOLED {
+                idle.push(c.buf);
+            }
+        }
+    }
+}
+
+/// The provided-buffer ring: the entry ring the kernel reads and the buffers.
+pub(super) struct BufRing {
+    pub(super) ring: Mapping,
+    bufs: Mapping,
+    pub(super) entries: u16,
+    size: u32,
+    /// Our copy of the ring tail (the kernel reads the shared one).
+    tail: Cell<u16>,
+}
+
+impl BufRing {
+    pub(super) fn new(entries: u32, size: u32) -> io::Result<BufRing> {
+        let ring =
+            Mapping::new((entries as usize * std::mem::size_of::<BufRingEntry>()).max(4096))?;
+        let bufs = Mapping::new(entries as usize * size as usize)?;
+        Ok(BufRing {
+            ring,
+            bufs,
+            entries: entries as u16,
+            size,
+            tail: Cell::new(0),
+        })
+    }
+
+    fn base(&self) -> *mut BufRingEntry {
+        self.ring.ptr.cast()
+    }
+
+    /// Puts buffer `bid` at the tail; published by [`BufRing::publish`].
+    pub(super) fn add(&self, bid: u16) {
+        let t = self.tail.get();
+        let idx = (t & (self.entries - 1)) as usize;
+        // SAFETY: idx < entries, so the entry lies inside the page-aligned
+        // ring mapping; the kernel reads entries only up to the published
+        // tail, and `BufRingEntry`'s setters leave `resv` (entry 0's is the
+        // shared tail) alone.
+        let e = unsafe { &mut *self.base().add(idx) };
+        // SAFETY: bid < entries: the buffer lies inside the buffer mapping.
+        e.set_addr(unsafe { self.bufs.ptr.add(bid as usize * self.size as usize) } as u64);
+        e.set_len(self.size);
+        e.set_bid(bid);
+        self.tail.set(t.wrapping_add(1));
+    }
+
+    pub(super) fn publish(&self) {
+        // SAFETY: the base is the first entry of the live ring mapping; its
+        // `resv` field is the ring tail the kernel reads, a u16 it never writes.
+        let tail =
+            unsafe { &*(BufRingEntry::tail(self.base()) as *const std::sync::atomic::AtomicU16) };
+        tail.store(self.tail.get(), std::sync::atomic::Ordering::Release);
+    }
+
+    pub(super) fn data(&self, bid: u16, from: u32, len: u32) -> &[u8] {
+        debug_assert!(bid < self.entries && from + len <= self.size);
+        // SAFETY: the range lies inside buffer `bid`, which zgix owns while
+        // it is queued on a socket (the kernel wrote it before completing).
+        unsafe {
+            std::slice::from_raw_parts(
+                self.bufs
+                    .ptr
+                    .add(bid as usize * self.size as usize + from as usize),
+                len as usize,
+            )
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! The io_uring backend: zgix's own ring per shard, multishot receive into a provided-buffer ring, accepts taken on demand, batched sends (of driver-owned chunks) and connects.
+//!
+//! # Buffer ownership
+//!
+//! The kernel owns a provided buffer from the moment it is in the ring until
+//! a receive completion hands it back with its id; zgix then owns it until
+//! its bytes are copied out, when it goes back to the ring. Each socket
+//! keeps the buffers it received in arrival order (a list threaded through
+//! [`Meta`]); a released socket gives its buffers back at once, and a
+//! completion for a socket that is gone gives its buffer back too, so no
+//! buffer is lost whatever is dropped when.
+//!
+//! A send never hands the kernel the caller's bytes: they are copied into a
+//! driver-owned chunk ([`bufs::SendPool`]) that stays with the socket's slot
+//! from submission to completion, and a connect's address is boxed in the
+//! slot the same way. A send or connect future that times out, is dropped
+//! or is forgotten leaves that memory with the driver, which recycles it at
+//! the completion; nothing waits in `Drop`.
+//!
+//! # Descriptors
+//!
+//! The kernel resolves an entry's descriptor when it is submitted, and a
+//! lazy turn or a full queue may leave entries unsubmitted for a while. So
+//! a released socket's descriptor stays open until every entry naming it
+//! (receive, poll, accepts, send, connect: `USock::ops`) has completed or
+//! been cancelled; only then is it closed and its slot reused.
+//!
+//! # Backpressure
+//!
+//! A multishot receive keeps receiving while armed. A socket with
+//! [`RQ_MAX`] buffers unread has its receive cancelled (the kernel's socket
+//! buffer and TCP window take over) and re-armed once its reader has caught
+//! up, so one fast sender cannot take the shard's buffers from everyone.
+//! When the ring runs dry anyway a receive ends with `ENOBUFS`; the socket
+//! waits on a list and is re-armed as buffers come back.
+
+mod bufs;
+mod complete;
+mod sock;
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use self::bufs::{BufRing, Chunk, SendPool};
+use super::{Options, Role, Slot, State, NO_BUF};
+
+/// What the one log line says when the ring is refused and the shard runs on epoll.
+pub const REFUSED_HINT: &str = "The ring needs io_uring_setup (seccomp profiles such as Docker's default \
+block it) and kernel 6.1+ for DEFER_TASKRUN; its memory is charged to the memory cgroup, not RLIMIT_MEMLOCK. \
+Set \"io\": {\"driver\": \"epoll\"} to choose epoll without this message.";
+
+/// Unread buffers at which a socket's receive is paused.
+pub const RQ_MAX: u16 = 4;
+
+/// Accepts a listener has submitted or completed but not handed out, at
+/// most: the ring takes connections off the backlog only as the accept loop
+/// asks, so a shard at its cap leaves them in the kernel's backlog.
+pub const ACCEPTS_IN_FLIGHT: usize = 4;
+
+/// The largest write one ring send takes (the rest is the caller's next write).
+pub const SEND_CHUNK: usize = bufs::BIG;
+
+/// Buffer group id of the shard's provided-buffer ring.
+const BGID: u16 = 0;
+
+/// Lazy turns in a row that may leave queued entries unsubmitted.
+pub const MAX_DEFERRED_TURNS: u32 = 2;
+
+/// Inline sends a park counts past (its `wait_nr` stays far below the CQ size).
+const MAX_INLINE_COUNTED: u32 = 64;
+
+const K_RECV: u64 = 1;
+const K_SEND: u64 = 2;
+const K_CONNECT: u64 = 3;
+const K_ACCEPT: u64 = 4;
+const K_CANCEL: u64 = 5;
+const K_WAKE: u64 = 6;
+const K_POLL: u64 = 7;
+
+fn ud(kind: u64, token: u32, gen: u32) -> u64 {
+    (kind << 56) | ((gen as u64 & 0x00ff_ffff) << 32) | token as u64
+}
+
+fn ud_parts(ud: u64) -> (u64, u32, u32) {
+    (ud >> 56, ud as u32, ((ud >> 32) & 0x00ff_ffff) as u32)
+}
+
+/// Per provided buffer: bytes the kernel put in it and the next buffer of
+/// the same socket's queue.
+#[derive(Copy, Clone)]
+struct Meta {
+    len: u32,
+    next: u16,
+}
+
+/// A socket's send or connect (one at a time).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+enum Op {
+    #[default]
+    Idle,
+    InFlight,
+    /// Cancellation requested (a deadline passed or the waiter went away).
+    Cancelling,
+    Done(i32),
+}
+
+/// What a write-side operation asks of the kernel.
+#[derive(Clone, Copy)]
+pub(in crate::io) enum What<'a> {
+    Send(&'a [u8]),
+    Connect(SocketAddr),
+}
+
+/// The ring's own per-socket state.
+pub(in crate::io) struct USock {
+    /// Received buffers not yet copied out: a list through `Ring::meta`.
+    rq_head: u16,
+    rq_tail: u16,
+    rq_len: u16,
+    /// Bytes of the head buffer already copied out.
+    rq_off: u32,
+    recv_armed: bool,
+    /// The receive was stopped because `rq_len` reached its cap.
+    recv_paused: bool,
+    /// The receive ended with `ENOBUFS` and waits for a buffer to come back;
+    /// meanwhile reads are plain `recv` calls on a readiness poll.
+    recv_starved: bool,
+    /// That readiness poll is armed, and whether it said readable.
+    poll_armed: bool,
+    poll_ready: bool,
+    /// The send or connect, its kind (`K_SEND`/`K_CONNECT`) and sequence
+    /// number (which future started it), and whether that future went away.
+    op: Op,
+    op_kind: u64,
+    op_seq: u32,
+    abandoned: bool,
+    /// The send in flight was submitted with `MSG_DONTWAIT` (it completes
+    /// within the submitting `io_uring_enter`, `EAGAIN` if the socket is full).
+    send_inline: bool,
+    /// The last send found the socket's buffer full (`EAGAIN` or a short
+    /// write): the next one waits for room in the kernel instead.
+    send_full: bool,
+    /// The last send was part of a longer write (the caller had more than
+    /// a chunk): it and the send after it are not inline, since an inline
+    /// send finding the socket full (`EAGAIN`) is a completion the park
+    /// does not wake for.
+    bulk: bool,
+    /// The bytes of the send, owned here from submission to completion.
+    send: Option<Chunk>,
+    /// The connect's address, owned here while the kernel may read it.
+    addr: Option<Box<(libc::sockaddr_storage, libc::socklen_t)>>,
+    /// Entries submitted or queued that name this socket: its descriptor
+    /// is closed and the slot reused only at 0.
+    ops: u16,
+    /// Accepts submitted, descriptors accepted and not taken, and an accept
+    /// error not yet reported (listeners).
+    accepts_armed: u8,
+    accepted: VecDeque<RawFd>,
+    accept_error: i32,
+}
+
+impl USock {
+    pub(in crate::io) fn new() -> USock {
+        USock {
+            rq_head: NO_BUF,
+            rq_tail: NO_BUF,
+            rq_len: 0,
+            rq_off: 0,
+            recv_armed: false,
+            recv_paused: false,
+            recv_starved: false,
+            poll_armed: false,
+            poll_ready: false,
+            op: Op::Idle,
+            op_kind: 0,
+            op_seq: 0,
+            abandoned: false,
+            send_inline: false,
+            send_full: false,
+            bulk: false,
+            send: None,
+            addr: None,
+            ops: 0,
+            accepts_armed: 0,
+            accepted: VecDeque::new(),
+            accept_error: 0,
+        }
+    }
+}
+
+/// The ring and everything it refers to.
+pub struct Ring {
+    ring: RefCell<IoUring>,
+    bufs: BufRing,
+    sends: SendPool,
+    meta: RefCell<Vec<Meta>>,
+    /// Buffers queued on sockets (not in the kernel's ring).
+    held: Cell<usize>,
+    /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
+    starved: RefCell<Vec<(u32, u32)>>,
+    /// Entries that found the submission queue full (see [`Ring::push`]).
+    backlog: RefCell<Vec<squeue::Entry>>,
+    /// `MSG_DONTWAIT` sends in the submission queue, not yet submitted: each
+    /// posts its completion within the enter that submits it.
+    inline_sends: Cell<u32>,
+    /// Lazy turns since the last enter.
+    deferred: Cell<u32>,
+    /// The eventfd the main thread writes to wake this shard, and the
+    /// 8 bytes the armed read of it fills.
+    evfd: RawFd,
+    wake_buf: Box<Cell<u64>>,
+    /// In debug builds: buffers in the kernel's ring + held == all of them.
+    #[cfg(debug_assertions)]
+    in_ring: Cell<usize>,
+}
+
+impl Ring {
+    pub(super) fn new(opts: &Options, evfd: RawFd) -> io::Result<Ring> {
+        let cq = opts.cq_entries.clamp(8, 1 << 16).next_power_of_two();
+        let sq = (cq / 4).max(4);
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .setup_submit_all()
+            .setup_cqsize(cq)
+            .build(sq)?;
+        let n = opts.recv_buffers.clamp(1, 32768).next_power_of_two();
+        let bufs = BufRing::new(n, opts.recv_buffer_bytes.max(64))?;
+        // SAFETY: the entry mapping lives as long as `Ring`, whose `ring`
+        // field is declared first and so is closed (unregistering the
+        // buffer ring) before the mappings are unmapped.
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                bufs.ring.ptr as u64,
+                bufs.entries,
+                BGID,
+                0,
+            )?;
+        }
+        for bid in 0..bufs.entries {
+            bufs.add(bid);
+        }
+        bufs.publish();
+        let r = Ring {
+            ring: RefCell::new(ring),
+            meta: RefCell::new(vec![
+                Meta {
+                    len: 0,
+                    next: NO_BUF
+                };
+                bufs.entries as usize
+            ]),
+            bufs,
+            sends: SendPool::default(),
+            held: Cell::new(0),
+            starved: RefCell::new(Vec::with_capacity(64)),
+            backlog: RefCell::new(Vec::new()),
+            inline_sends: Cell::new(0),
+            deferred: Cell::new(0),
+            evfd,
+            wake_buf: Box::new(Cell::new(0)),
+            #[cfg(debug_assertions)]
+            in_ring: Cell::new(n as usize),
+        };
+        // The eventfd is blocking: io_uring waits on it with an internal poll.
+        set_blocking(evfd)?;
+        r.arm_wake();
+        Ok(r)
+    }
+
+    /// Queues an entry; true if it is in the submission queue (not the backlog).
+    fn push(&self, e: &squeue::Entry) -> bool {
+        let mut ring = self.ring.borrow_mut();
+        if !self.backlog.borrow().is_empty() {
+            self.backlog.borrow_mut().push(e.clone());
+            return false;
+        }
+        // SAFETY: every buffer and address an entry refers to outlives its
+        // completion (see the module docs).
+        if unsafe { ring.submission().push(e) }.is_err() {
+            // Full: hand what is queued to the kernel, then there is room,
+            // unless the kernel refuses new work while completions wait in
+            // its overflow list (EBUSY): then the entry waits in the backlog
+            // for the next turn, which reaps first.
+            let _ = ring.submit();
+            self.inline_sends.set(0);
+            // SAFETY: as above.
+            if unsafe { ring.submission().push(e) }.is_err() {
+                self.backlog.borrow_mut().push(e.clone());
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Moves backlogged entries into the submission queue while it has room.
+    fn flush_backlog(&self, ring: &mut IoUring) {
+        let mut backlog = self.backlog.borrow_mut();
+        if backlog.is_empty() {
+            return;
+        }
+        let mut moved = 0;
+        {
+            let mut sq = ring.submission();
+            for e in backlog.iter() {
+                // SAFETY: as in `push`.
+                if unsafe { sq.push(e) }.is_err() {
+                    break;
+                }
+                moved += 1;
+            }
+        }
+        backlog.drain(..moved);
+    }
+
+    fn arm_wake(&self) {
+        let e = opcode::Read::new(types::Fd(self.evfd), self.wake_buf.as_ptr().cast(), 8)
+            .build()
+            .user_data(ud(K_WAKE, 0, 0));
+        self.push(&e);
+    }
+
+    fn arm_recv(&self, s: &mut Slot, token: u32) {
+        let e = opcode::RecvMulti::new(types::Fd(s.fd), BGID)
+            .build()
+            .user_data(ud(K_RECV, token, s.gen));
+        self.push(&e);
+        let u = s.be.u();
+        u.recv_armed = true;
+        u.ops += 1;
+    }
+
+    /// One accept (not multishot: the kernel would take the whole backlog).
+    fn arm_accept(&self, s: &mut Slot, token: u32) {
+        let e = opcode::Accept::new(types::Fd(s.fd), std::ptr::null_mut(), std::ptr::null_mut())
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(ud(K_ACCEPT, token, s.gen));
+        self.push(&e);
+        let u = s.be.u();
+        u.accepts_armed += 1;
+        u.ops += 1;
+    }
+
+    /// Cancels every entry of `kind` for the socket (all its accepts, its
+    /// receive, its poll, its send or connect).
+    fn cancel(&self, kind: u64, token: u32, gen: u32) {
+        let e =
+            opcode::AsyncCancel2::new(types::CancelBuilder::user_data(ud(kind, token, gen)).all())
+                .build()
+                .user_data(ud(K_CANCEL, token, gen));
+        self.push(&e);
+    }
+
+    /// Takes a socket onto the ring; `arm` starts its receive now (else
+    /// [`Ring::start_receiving`] does once it is connected). A listener's
+    /// accepts start when its accept loop first asks.
+    pub(in crate::io) fn register(&self, s: &mut Slot, token: u32, arm: bool) -> io::Result<()> {
+        set_blocking(s.fd)?;
+        if arm && s.role == Role::Stream {
+            self.arm_recv(s, token);
+        }
+        Ok(())
+    }
+
+    /// Arms the receive of a socket that just connected.
+    pub(in crate::io) fn start_receiving(&self, s: &mut Slot, token: u32) {
+        if !s.be.u().recv_armed && !s.closed {
+            self.arm_recv(s, token);
+        }
+    }
+
+    /// Gives buffer `bid` back to the kernel and re-arms a starved socket.
+    fn recycle(&self, st: &mut State, bid: u16) {
+        self.bufs.add(bid);
+        self.bufs.publish();
+        self.held.set(self.held.get() - 1);
+        #[cfg(debug_assertions)]
+        {
+            self.in_ring.set(self.in_ring.get() + 1);
+            debug_assert_eq!(
+                self.in_ring.get() + self.held.get(),
+                self.bufs.entries as usize
+            );
+        }
+        let next = self.starved.borrow_mut().pop();
+        if let Some((t, gen)) = next {
+            let s = &mut st.slots[t as usize];
+            if s.in_use && s.gen == gen && !s.closed && s.be.u().recv_starved {
+                let u = s.be.u();
+                u.recv_starved = false;
+                if !u.recv_armed && !u.recv_paused && !s.hup {
+                    self.arm_recv(s, t);
+                }
+            }
+        }
+    }
+
+    /// A one-shot readiness poll for a starved socket (no buffer needed).
+    fn arm_poll(&self, s: &mut Slot, token: u32) {
+        if s.be.u().poll_armed || s.closed {
+            return;
+        }
+        let e = opcode::PollAdd::new(types::Fd(s.fd), libc::POLLIN as u32)
+            .build()
+            .user_data(ud(K_POLL, token, s.gen));
+        self.push(&e);
+        let u = s.be.u();
+        u.poll_armed = true;
+        u.ops += 1;
+    }
+
+    pub(in crate::io) fn buffers_held(&self) -> usize {
+        self.held.get()
+    }
+
+    /// Sends and connects outstanding in the kernel (tests).
+    #[cfg(test)]
+    pub(in crate::io) fn ops_in_flight(st: &State) -> usize {
+        st.slots
+            .iter()
+            .filter(|s| s.in_use)
+            .filter(|s| {
+                matches!(&s.be, super::SlotBe::Uring(u) if matches!(u.op, Op::InFlight | Op::Cancelling))
+            })
+            .count()
+    }
+}
+
+/// Clears `O_NONBLOCK`: io_uring waits on a blocking socket with its own
+/// poll, while on a non-blocking one a receive could end with `EAGAIN`.
+fn set_blocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an open descriptor; results are checked.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if fl & libc::O_NONBLOCK != 0 && libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! The ring's per-socket operations: closing, reading what multishot receives queued, the send/connect state machine over driver-owned memory, and accepts taken only on demand.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use io_uring::{opcode, types};
+
+use super::super::addr::sockaddr;
+use super::super::ops::OpId;
+use super::super::{timed_out, Driver, Role, Slot, State, NO_BUF, WR};
+use super::{
+    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND, RQ_MAX,
+};
+
+impl Ring {
+    /// A released socket: its queued buffers go back, its entries are
+    /// cancelled. Returns whether none is left (the caller frees the slot
+    /// and closes the descriptor now); otherwise the last completion does.
+    pub(in crate::io) fn release(&self, st: &mut State, token: u32) -> bool {
+        let s = &mut st.slots[token as usize];
+        let gen = s.gen;
+        let listener = s.role == Role::Listener;
+        let u = s.be.u();
+        let mut bid = u.rq_head;
+        u.rq_head = NO_BUF;
+        u.rq_tail = NO_BUF;
+        u.rq_len = 0;
+        u.rq_off = 0;
+        if u.recv_armed {
+            self.cancel(K_RECV, token, gen);
+        }
+        if listener && u.accepts_armed > 0 {
+            self.cancel(K_ACCEPT, token, gen);
+        }
+        if u.poll_armed {
+            self.cancel(K_POLL, token, gen);
+        }
+        self.abandon(s, token);
+        while bid != NO_BUF {
+            let next = self.meta.borrow()[bid as usize].next;
+            self.recycle(st, bid);
+            bid = next;
+        }
+        let u = st.slots[token as usize].be.u();
+        if u.ops == 0 {
+            if let Some(c) = u.send.take() {
+                self.sends.give(c);
+            }
+            for fd in u.accepted.drain(..) {
+                // SAFETY: accepted descriptors nobody took are ours to close.
+                unsafe { libc::close(fd) };
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Copies queued bytes into `buf`. `None`: nothing queued, not at EOF.
+    pub(in crate::io) fn try_read(
+        &self,
+        st: &mut State,
+        token: u32,
+        buf: &mut [u8],
+    ) -> Option<io::Result<usize>> {
+        let mut n = 0;
+        loop {
+            let s = st.slots[token as usize].be.u();
+            if n == buf.len() || s.rq_head == NO_BUF {
+                break;
+            }
+            let bid = s.rq_head;
+            let m = self.meta.borrow()[bid as usize];
+            let take = ((m.len - s.rq_off) as usize).min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(self.bufs.data(bid, s.rq_off, take as u32));
+            n += take;
+            s.rq_off += take as u32;
+            if s.rq_off == m.len {
+                s.rq_head = m.next;
+                if s.rq_head == NO_BUF {
+                    s.rq_tail = NO_BUF;
+                }
+                s.rq_len -= 1;
+                s.rq_off = 0;
+                self.recycle(st, bid);
+            }
+        }
+        let s = &mut st.slots[token as usize];
+        let u = s.be.u();
+        if u.recv_paused && !u.recv_armed && u.rq_len <= RQ_MAX / 2 && !s.hup {
+            u.recv_paused = false;
+            self.arm_recv(s, token);
+        }
+        if n > 0 || buf.is_empty() {
+            return Some(Ok(n));
+        }
+        if s.be.u().recv_starved && !s.hup {
+            // The buffer ring ran dry: read straight into the caller's
+            // buffer while it refills, so a starved socket never waits for
+            // other sockets' readers (no shard-wide stall).
+            // SAFETY: buf is valid for buf.len() bytes; fd is open.
+            let r =
+                unsafe { libc::recv(s.fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if r > 0 {
+                return Some(Ok(r as usize));
+            }
+            if r == 0 {
+                s.hup = true;
+                return Some(Ok(0));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                s.hup = true;
+                s.error = e.raw_os_error().unwrap_or(libc::EIO);
+                return Some(Err(e));
+            }
+            s.be.u().poll_ready = false;
+            self.arm_poll(s, token);
+            return None;
+        }
+        if s.hup {
+            return Some(if s.error != 0 {
+                Err(io::Error::from_raw_os_error(s.error))
+            } else {
+                Ok(0)
+            });
+        }
+        None
+    }
+
+    /// Whether a read would complete now (bytes queued, or EOF/error, or a
+    /// starved socket's poll said readable). A starved socket with nothing
+    /// to report gets its readiness poll armed.
+    pub(in crate::io) fn has_input(&self, s: &mut Slot, token: u32) -> bool {
+        let u = s.be.u();
+        if u.rq_head != NO_BUF || s.hup {
+            return true;
+        }
+        if u.recv_starved {
+            if u.poll_ready {
+                return true;
+            }
+            self.arm_poll(s, token);
+        }
+        false
+    }
+
+    /// Whether the peer closed or sent something unasked.
+    pub(in crate::io) fn is_stale(s: &mut Slot) -> bool {
+        s.hup || s.be.u().rq_head != NO_BUF
+    }
+
+    /// Starts or polls the send or connect of future `op` on `token`. A
+    /// deadline that passes ends the wait at once (the operation is
+    /// cancelled and its memory stays with the driver until it completes).
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::io) fn poll_op(
+        &self,
+        d: &Driver,
+        st: &mut State,
+        token: u32,
+        op: &mut OpId,
+        what: What<'_>,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let s = &mut st.slots[token as usize];
+        let mine = op.0.is_some() && op.0 == Some(s.be.u().op_seq);
+        let u = s.be.u();
+        match u.op {
+            // Another future's operation (one forgotten mid-flight) still
+            // holds the write side: wait for its completion first.
+            Op::InFlight | Op::Cancelling if !mine => op.0 = None,
+            Op::InFlight | Op::Cancelling => {}
+            Op::Done(_) | Op::Idle if !mine => {
+                self.finish(s);
+                self.start(d, s, token, what);
+                op.0 = Some(s.be.u().op_seq);
+                s.wr.timed_out = false;
+            }
+            Op::Done(res) if res == -libc::EAGAIN && u.send_inline && u.op_kind == K_SEND => {
+                // The inline attempt found the socket full: send the same
+                // chunk again, waiting in the kernel for room this time.
+                u.send_full = true;
+                self.submit_send(d, s, token, false);
+            }
+            Op::Done(res) => {
+                if u.op_kind == K_SEND {
+                    // A short write means the socket filled up: the next
+                    // send waits for room; a whole one clears that.
+                    let len = u.send.as_ref().map_or(0, |c| c.len());
+                    u.send_full = res >= 0 && (res as usize) < len;
+                }
+                let connect = u.op_kind == K_CONNECT;
+                self.finish(s);
+                op.0 = None;
+                s.wr.deadline = None;
+                return Poll::Ready(if res > 0 || (connect && res == 0) {
+                    Ok(res as usize)
+                } else if res == 0 {
+                    Err(io::ErrorKind::WriteZero.into())
+                } else if res == -libc::ECANCELED || res == -libc::ETIME {
+                    Err(timed_out())
+                } else {
+                    Err(io::Error::from_raw_os_error(-res))
+                });
+            }
+            Op::Idle => {
+                op.0 = None;
+                return Poll::Ready(Err(io::Error::other("operation lost")));
+            }
+        }
+        match st.wait_side(token, WR, cx, deadline, d.now()) {
+            Ok(()) => Poll::Pending,
+            Err(e) => {
+                let s = &mut st.slots[token as usize];
+                self.abandon(s, token);
+                op.0 = None;
+                Poll::Ready(Err(e))
+            }
+        }
+    }
+
+    /// The future of `op` went away: its operation is cancelled and left to
+    /// the driver, which recycles its memory at the completion.
+    pub(in crate::io) fn drop_op(&self, s: &mut Slot, token: u32, op: &mut OpId) {
+        if op.0 == Some(s.be.u().op_seq) {
+            self.abandon(s, token);
+        }
+        op.0 = None;
+        s.wr = Default::default();
+    }
+
+    /// Nobody will take the result of the slot's operation.
+    fn abandon(&self, s: &mut Slot, token: u32) {
+        let gen = s.gen;
+        let u = s.be.u();
+        match u.op {
+            Op::InFlight => {
+                self.cancel(u.op_kind, token, gen);
+                u.op = Op::Cancelling;
+                u.abandoned = true;
+            }
+            Op::Cancelling => u.abandoned = true,
+            Op::Done(_) => self.finish(s),
+            Op::Idle => {}
+        }
+    }
+
+    /// Ends a completed operation: its chunk goes back to the pool.
+    fn finish(&self, s: &mut Slot) {
+        let u = s.be.u();
+        u.op = Op::Idle;
+        if let Some(c) = u.send.take() {
+            self.sends.give(c);
+        }
+    }
+
+    /// Starts an operation: copies a send's bytes into a chunk, boxes a
+    /// connect's address; the slot owns them until the completion.
+    fn start(&self, d: &Driver, s: &mut Slot, token: u32, what: What<'_>) {
+        let u = s.be.u();
+        u.op_seq = u.op_seq.wrapping_add(1);
+        match what {
+            What::Send(b) => {
+                u.send = Some(self.sends.fill(b));
+                u.op_kind = K_SEND;
+                let bulk = b.len() > super::SEND_CHUNK;
+                let inline = !u.send_full && !u.bulk && !bulk;
+                u.bulk = bulk;
+                self.submit_send(d, s, token, inline);
+            }
+            What::Connect(addr) => {
+                let a = Box::new(sockaddr(addr));
+                let e = opcode::Connect::new(
+                    types::Fd(s.fd),
+                    (&a.0 as *const libc::sockaddr_storage).cast(),
+                    a.1,
+                )
+                .build()
+                .user_data(ud(K_CONNECT, token, s.gen));
+                u.addr = Some(a);
+                u.op_kind = K_CONNECT;
+                u.send_inline = false;
+                u.op = Op::InFlight;
+                u.ops += 1;
+                self.push(&e);
+            }
+        }
+    }
+
+    /// Queues a send of the slot's chunk. An `inline` send (`MSG_DONTWAIT`,
+    /// unless the socket was full last time or the write is a long one) is
+    /// completed by the kernel within the enter that submits it, with what
+    /// fitted or `EAGAIN`, and never kept waiting, so a park can submit it
+    /// and still sleep until the next real event. After `EAGAIN` or a short
+    /// write the send waits for room (counted in `sends_waited`).
+    fn submit_send(&self, d: &Driver, s: &mut Slot, token: u32, inline: bool) {
+        let (fd, gen) = (s.fd, s.gen);
+        let u = s.be.u();
+        if u.send_full {
+            d.stats.sends_waited.set(d.stats.sends_waited.get() + 1);
+        }
+        let flags = if inline {
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT
+        } else {
+            libc::MSG_NOSIGNAL
+        };
+        let c = u.send.as_ref().expect("a send has its chunk");
+        let e = opcode::Send::new(types::Fd(fd), c.ptr(), c.len() as u32)
+            .flags(flags)
+            .build()
+            .user_data(ud(K_SEND, token, gen));
+        u.send_inline = inline;
+        u.op = Op::InFlight;
+        u.ops += 1;
+        if self.push(&e) && inline {
+            self.inline_sends.set(self.inline_sends.get() + 1);
+        }
+    }
+
+    /// An accepted descriptor or error, if one is there; otherwise, unless
+    /// the listener is paused, accepts are submitted so that at most
+    /// [`ACCEPTS_IN_FLIGHT`] are outstanding or waiting to be taken.
+    pub(in crate::io) fn try_accept(&self, s: &mut Slot, token: u32) -> Option<io::Result<RawFd>> {
+        let u = s.be.u();
+        if let Some(fd) = u.accepted.pop_front() {
+            return Some(Ok(fd));
+        }
+        if u.accept_error != 0 {
+            let e = std::mem::take(&mut u.accept_error);
+            return Some(Err(io::Error::from_raw_os_error(e)));
+        }
+        while !s.paused && !s.closed {
+            let u = s.be.u();
+            if u.accepts_armed as usize + u.accepted.len() >= ACCEPTS_IN_FLIGHT {
+                break;
+            }
+            self.arm_accept(s, token);
+        }
+        None
+    }
+}
