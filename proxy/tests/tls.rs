@@ -202,7 +202,11 @@ fn openssl_sees_alpn_refuses_tls11_and_resumes_across_shards() {
     let certs = Certs::new("ossl");
     let site = certs.make("site", &["site.example"], 90);
     let o = Origin::start();
-    let z = Zgix::start_json(&config(o.addr(), &tls_block(&[site.clone()], ""), ""));
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(std::slice::from_ref(&site), ""),
+        "",
+    ));
     assert_eq!(z.shards, 2);
     let addr = z.addr();
     let out = s_client(
@@ -270,7 +274,7 @@ fn the_rate_limit_counts_tls_requests_like_plain_ones() {
     let o = Origin::start();
     let z = Zgix::start_json(&config(
         o.addr(),
-        &tls_block(&[site.clone()], ""),
+        &tls_block(std::slice::from_ref(&site), ""),
         r#", "rate_limit": {"requests": 1, "window_ms": 3600000, "burst": 2}"#,
     ));
     let codes: Vec<u16> = (0..3)
@@ -325,10 +329,16 @@ fn check_and_reload_read_the_certificates() {
 
     // Reload onto another certificate: new connections get it; a bad file
     // refuses the reload and the old certificate keeps serving.
-    let p = Proc::start(&config(o.addr(), &tls_block(&[good.clone()], ""), ""), &[]);
+    let p = Proc::start(
+        &config(o.addr(), &tls_block(std::slice::from_ref(&good), ""), ""),
+        &[],
+    );
     let addr = p.listeners()[0];
     assert_eq!(curl(addr, "site.example", &good.0, "/").0, 200);
-    p.reload(&config(o.addr(), &tls_block(&[other.clone()], ""), ""), 1);
+    p.reload(
+        &config(o.addr(), &tls_block(std::slice::from_ref(&other), ""), ""),
+        1,
+    );
     let addr = p.listeners()[0];
     assert_eq!(curl(addr, "other.example", &other.0, "/").0, 200);
     p.write_config(&config(o.addr(), &bad, ""));

@@ -13,12 +13,15 @@ use crate::observe::decision::CLASS_LABELS;
 type CounterOf = fn(&ShardCounters) -> u64;
 
 /// Label values by index: listener names and cluster names.
+/// A certificate's first name and `notAfter` (seconds since the epoch).
+pub type CertExpiry = (String, i64);
+
 pub struct Labels<'a> {
     pub listeners: Vec<&'a str>,
     pub clusters: Vec<&'a str>,
     /// By listener: `None` for plaintext (no TLS series), else each
     /// certificate's first name and `notAfter` (seconds since the epoch).
-    pub tls: Vec<Option<&'a [(String, i64)]>>,
+    pub tls: Vec<Option<&'a [CertExpiry]>>,
 }
 
 /// The git revision `build.rs` found (`unknown` outside a checkout).
@@ -394,7 +397,7 @@ impl Metrics {
 
     /// The TLS series of the listeners that terminate TLS.
     fn render_tls(&self, o: &mut String, names: &Labels<'_>) {
-        let tls: Vec<(usize, &str, &[(String, i64)])> = names
+        let tls: Vec<(usize, &str, &[CertExpiry])> = names
             .listeners
             .iter()
             .enumerate()
