@@ -354,3 +354,33 @@ fn check_and_reload_read_the_certificates() {
         "the old certificate serves"
     );
 }
+
+#[test]
+fn sessions_from_before_an_upgrade_resume_on_the_new_process() {
+    let certs = Certs::new("upgrade");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let port = lifecycle_support::free_port();
+    let json = format!(
+        r#"{{"cpus": [0, 1], "listeners": [{{"bind": "127.0.0.1:{port}", "name": "public",
+            "tls": {}, "http": {{"cluster": "c"}}}}],
+            "clusters": {{"c": {{"endpoints": ["{}"]}}}}}}"#,
+        tls_block(std::slice::from_ref(&site), ""),
+        o.addr()
+    );
+    let mut old = Proc::start(&json, &[]);
+    let addr = old.listeners()[0];
+    let sess = certs.dir.join("sess.pem");
+    let sess_s = sess.to_string_lossy().into_owned();
+    let out = s_client(addr, &["-servername", "site.example", "-sess_out", &sess_s]);
+    assert!(out.contains("HTTP/1.1 200 "), "{out}");
+    let new = Proc::start(&json, &["--upgrade"]);
+    assert!(old.wait_exit().success(), "{}", old.stderr());
+    let out = s_client(addr, &["-servername", "site.example", "-sess_in", &sess_s]);
+    assert!(
+        out.contains("Reused, TLSv1.3"),
+        "{out}\nnew:\n{}",
+        new.stderr()
+    );
+    assert!(out.contains("HTTP/1.1 200 "), "{out}");
+}

@@ -292,6 +292,11 @@ pub fn process_tickets() -> Arc<Tickets> {
         .clone()
 }
 
+/// The master secret of this process's ticket keys, once made.
+pub fn current_ticket_master() -> Option<[u8; 32]> {
+    TICKETS.get().and_then(|t| t.master())
+}
+
 /// Adopts the ticket master secret of the instance we take over from, so
 /// its clients keep resuming; `false` if keys were made already.
 pub fn adopt_ticket_master(master: [u8; 32]) -> bool {

@@ -42,6 +42,8 @@ pub struct Handed {
     pub admin: Option<(SocketAddr, OwnedFd)>,
     /// Guard sockets, adopted: the names become ours once we confirm.
     pub guards: Vec<Guard>,
+    /// The old instance's TLS session-ticket master secret, if it had one.
+    pub tickets: Option<[u8; 32]>,
     /// The old instance's PID, and the connection to say `ok` on.
     pub pid: u32,
     pub conn: BufReader<UnixStream>,
@@ -53,6 +55,9 @@ pub struct Table {
     pub listeners: Vec<(SocketAddr, Vec<RawFd>)>,
     pub admin: Option<(SocketAddr, RawFd)>,
     pub guards: Vec<(PathBuf, RawFd)>,
+    /// The TLS session-ticket master secret, so the new instance opens the
+    /// tickets this one sealed.
+    pub tickets: Option<[u8; 32]>,
 }
 
 /// Asks the instance holding one of `addrs`' guards for its sockets.
@@ -112,6 +117,7 @@ pub fn take_over(addrs: &[SocketAddr]) -> Result<Handed, String> {
         .lines()
         .map(|l| match l.split(' ').collect::<Vec<_>>().as_slice() {
             ["listener", _, n] => n.parse().unwrap_or(0),
+            ["tickets", _] => 0,
             _ => 1,
         })
         .sum();
@@ -120,6 +126,7 @@ pub fn take_over(addrs: &[SocketAddr]) -> Result<Handed, String> {
         listeners: Vec::new(),
         admin: None,
         guards: Vec::new(),
+        tickets: None,
         pid,
         conn,
     };
@@ -127,6 +134,19 @@ pub fn take_over(addrs: &[SocketAddr]) -> Result<Handed, String> {
         format!("--upgrade: the running zgix sent a description zgix cannot read:\n{text}")
     })?;
     Ok(out)
+}
+
+/// A 32-byte secret written as 64 hex digits.
+fn parse_master(hex: &str) -> Option<[u8; 32]> {
+    let b = hex.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut m = [0u8; 32];
+    for (i, pair) in b.chunks(2).enumerate() {
+        m[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(m)
 }
 
 /// Sorts the received descriptors by the description's lines.
@@ -142,6 +162,7 @@ fn describe_into(text: &str, fds: Vec<OwnedFd>, out: &mut Handed) -> Result<(), 
             continue;
         }
         match line.split(' ').collect::<Vec<_>>().as_slice() {
+            ["tickets", hex] => out.tickets = Some(parse_master(hex).ok_or(())?),
             ["listener", bind, n] => {
                 let bind = bind.parse().map_err(|_| ())?;
                 let n: usize = n.parse().map_err(|_| ())?;
@@ -303,6 +324,14 @@ fn serve_control(
             text.push_str(&format!("guard {}\n", path.display()));
             fds.push(*fd);
         }
+        if let Some(m) = &t.tickets {
+            // The channel is authenticated (zgix's uid or root only).
+            text.push_str("tickets ");
+            for b in m {
+                text.push_str(&format!("{b:02x}"));
+            }
+            text.push('\n');
+        }
         w.write_all(&(text.len() as u64).to_le_bytes())?;
         w.write_all(text.as_bytes())?;
         for chunk in fds.chunks(FDS_PER_MESSAGE) {
@@ -364,6 +393,15 @@ pub fn confirm(conn: &mut BufReader<UnixStream>) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_ticket_master_crosses_the_description_as_hex() {
+        let m: [u8; 32] = std::array::from_fn(|i| (i * 7) as u8);
+        let hex: String = m.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(parse_master(&hex), Some(m));
+        assert_eq!(parse_master(&hex[1..]), None);
+        assert_eq!(parse_master(&"zz".repeat(32)), None);
+    }
 
     #[test]
     fn a_held_guard_names_the_holder() {

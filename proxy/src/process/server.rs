@@ -75,6 +75,11 @@ fn load(start: Start, shards: usize) -> Result<(Server, Option<instance::Handed>
             "took the listening sockets over from pid {}",
             h.pid
         );
+        if let Some(m) = h.tickets {
+            // Before any TLS listener is loaded: the clients of the old
+            // instance resume their sessions here.
+            crate::conn::handshake::adopt_ticket_master(m);
+        }
         Some(h)
     } else {
         None
@@ -477,6 +482,7 @@ impl Server {
             .iter()
             .map(|g| (g.path.clone(), g.listener.as_raw_fd()))
             .collect();
+        t.tickets = crate::conn::handshake::current_ticket_master();
     }
 
     /// Posts a command to every shard and waits (bounded) until each did it.
