@@ -15,8 +15,10 @@ pub const USAGE: &str = "\
 zgix-bench demo [--zgix PATH] [--duration S]
 
 Starts an origin on an ephemeral 127.0.0.1 port, writes a temporary zgix config
-pointing at it (listener on port 0), starts zgix, sends a few requests (a clean
-one, one the WAF denies, then a short load run), stops zgix with SIGTERM and
+pointing at it (listener on port 0, and a TLS listener with a certificate made
+by `openssl req` when openssl and curl are installed), starts zgix, sends a few
+requests (a clean one, one the WAF denies, one HTTPS request through curl, then
+a short load run), stops zgix with SIGTERM and
 checks that it exits 0. The zgix binary is --zgix, else $ZGIX_BIN, else `zgix`
 next to this executable (cargo build --release -p zgix -p zgix-bench puts it there).";
 
@@ -79,7 +81,8 @@ pub fn run(mut a: Args) -> Result<(), String> {
     std::fs::create_dir_all(&dir.0)
         .map_err(|e| format!("cannot create {}: {e}", dir.0.display()))?;
     let config_path = dir.0.join("zgix.json");
-    let config = demo_config(origin.addr);
+    let tls = make_certificate(&dir.0);
+    let config = demo_config(origin.addr, tls.as_deref());
     std::fs::write(
         &config_path,
         serde_json::to_string_pretty(&config).expect("json value serializes"),
@@ -107,7 +110,8 @@ pub fn run(mut a: Args) -> Result<(), String> {
             }
         }
     });
-    let listener = wait_ready(&rx, &mut guard)?;
+    let listeners = wait_ready(&rx, &mut guard)?;
+    let listener = listeners[0];
     println!("demo: zgix listening on {listener}");
 
     // 4. A clean request, one the WAF denies, and a clean one again.
@@ -137,6 +141,19 @@ pub fn run(mut a: Args) -> Result<(), String> {
         return Err(format!(
             "a clean request after the WAF hit returned {status}, expected 200"
         ));
+    }
+
+    // 4b. One HTTPS request on the TLS listener, with curl trusting the
+    // certificate made for the demo.
+    if let (Some(cert), Some(&https)) = (&tls, listeners.get(1)) {
+        let status = https_get(https, cert)?;
+        println!(
+            "demo: GET https://demo.example:{}/tls -> {status} (TLS listener)",
+            https.port()
+        );
+        if status != 200 {
+            return Err(format!("the HTTPS request returned {status}, expected 200"));
+        }
     }
 
     // 5. A short closed-loop load run through the proxy.
@@ -216,8 +233,8 @@ fn find_zgix(flag: Option<String>) -> Result<PathBuf, String> {
 
 /// The demo config: examples/demo.json's shape with the origin's real port
 /// and ephemeral listener and admin ports.
-fn demo_config(origin: SocketAddr) -> serde_json::Value {
-    serde_json::json!({
+fn demo_config(origin: SocketAddr, tls: Option<&std::path::Path>) -> serde_json::Value {
+    let mut c = serde_json::json!({
         "cpus": [0],
         "admin": { "bind": "127.0.0.1:0" },
         "listeners": [{
@@ -233,30 +250,126 @@ fn demo_config(origin: SocketAddr) -> serde_json::Value {
         "clusters": {
             "origin": { "endpoints": [origin.to_string()], "lb": "round_robin" }
         }
+    });
+    if let Some(dir) = tls {
+        let https = serde_json::json!({
+            "bind": "127.0.0.1:0",
+            "name": "https",
+            "tls": { "certificates": [{
+                "cert": dir.join("cert.pem").to_string_lossy(),
+                "key": dir.join("key.pem").to_string_lossy()
+            }] },
+            "http": { "cluster": "origin" }
+        });
+        c["listeners"]
+            .as_array_mut()
+            .expect("listeners is an array")
+            .push(https);
+    }
+    c
+}
+
+/// A throw-away ECDSA certificate for `demo.example` in `dir` (by `openssl
+/// req`); `None` when openssl or curl is missing (the demo then skips HTTPS).
+fn make_certificate(dir: &std::path::Path) -> Option<PathBuf> {
+    let have = |c: &str| {
+        Command::new(c)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    };
+    if !have("curl")
+        || !Command::new("openssl")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        println!("demo: openssl or curl not found; skipping the HTTPS listener");
+        return None;
+    }
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .args(["-days", "1", "-subj", "/CN=demo.example"])
+        .args(["-addext", "subjectAltName=DNS:demo.example"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| dir.to_path_buf())
+}
+
+/// One HTTPS GET with curl, trusting the demo's certificate; the status.
+fn https_get(addr: SocketAddr, dir: &std::path::Path) -> Result<u16, String> {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("--cacert")
+        .arg(dir.join("cert.pem"))
+        .arg("--resolve")
+        .arg(format!("demo.example:{}:127.0.0.1", addr.port()))
+        .arg(format!("https://demo.example:{}/tls", addr.port()))
+        .output()
+        .map_err(|e| format!("cannot run curl: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim().parse().map_err(|_| {
+        format!(
+            "curl over TLS failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
     })
 }
 
-/// Waits for zgix's `server: ready` log line, returning listener 0's address
-/// (from `server: listener 0 on ADDR ...`).
-fn wait_ready(rx: &mpsc::Receiver<String>, guard: &mut ChildGuard) -> Result<SocketAddr, String> {
+/// Waits for zgix's `server: ready` log line, returning the listeners'
+/// addresses by index (from `server: listener N on ADDR ...`).
+fn wait_ready(
+    rx: &mpsc::Receiver<String>,
+    guard: &mut ChildGuard,
+) -> Result<Vec<SocketAddr>, String> {
     let deadline = Instant::now() + READY_TIMEOUT;
-    let mut listener: Option<SocketAddr> = None;
+    let mut listeners: Vec<SocketAddr> = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok(line) => {
                 // `<timestamp> <level> server: <message>`
                 let msg = line.split_once(" server: ").map_or("", |(_, m)| m);
-                if let Some(rest) = msg.strip_prefix("listener 0 on ") {
+                let listed = msg
+                    .strip_prefix("listener ")
+                    .and_then(|r| r.split_once(" on "));
+                if let Some((_, rest)) = listed {
                     let addr = rest.split(' ').next().unwrap_or("");
-                    listener = Some(
+                    listeners.push(
                         addr.parse()
                             .map_err(|e| format!("zgix printed listener address {addr:?}: {e}"))?,
                     );
                 } else if msg.starts_with("ready") {
-                    return listener.ok_or_else(|| {
-                        "zgix said ready without logging `server: listener 0 on ADDR`".into()
-                    });
+                    if listeners.is_empty() {
+                        return Err(
+                            "zgix said ready without logging `server: listener 0 on ADDR`".into(),
+                        );
+                    }
+                    return Ok(listeners);
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Server CPU per TLS handshake and per keep-alive HTTPS request: zgix vs nginx
+# vs HAProxy terminating the same throw-away certificate (ECDSA P-256 by
+# default, --rsa for RSA-2048), each pinned to CPU 0 with one worker/thread/
+# shard, the clients and the origin on CPU 1, in interleaved rounds.
+#
+#   full handshakes   `openssl s_time -new` (TLS 1.3, a new session each time)
+#   resumed           `openssl s_time -reuse` (TLS 1.3 tickets)
+#   keep-alive HTTPS  wrk over https:// (64-byte bodies)
+#
+# The figure is the server process's CPU time (user + system, /proc/PID/stat,
+# every thread and nginx's worker counted) divided by the handshakes or
+# requests the client completed, so a client that cannot saturate the server
+# slows the run but does not change the figure; the client's own CPU share is
+# printed beside it. Medians of the rounds; ratios to the better peer.
+#
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--base-port P]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3 duration=5 rsa=0 base=19400
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds="$2"; shift 2 ;;
+        --duration) duration="$2"; shift 2 ;;
+        --rsa) rsa=1; shift ;;
+        --base-port) base="$2"; shift 2 ;;
+        *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+bench_name=bench-tls
+# shellcheck source=scripts/lib/bench-common.sh
+. scripts/lib/bench-common.sh
+
+need=()
+for c in nginx haproxy wrk openssl; do command -v "$c" >/dev/null 2>&1 || need+=("$c"); done
+if [ "${#need[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        echo "bench-tls: install ${need[*]}" >&2; exit 1
+    fi
+fi
+
+cargo build --release -q -p zgix -p zgix-bench
+zgix_bin=target/release/zgix bench_bin=target/release/zgix-bench
+proxy_cpu=0 client_cpu=1
+origin_port=$base zgix_port=$((base + 1)) nginx_port=$((base + 2)) haproxy_port=$((base + 3))
+clk_tck="$(getconf CLK_TCK)"
+
+# The certificate: made here, kept in the scratch directory only.
+if [ "$rsa" = 1 ]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
+        -days 2 -subj /CN=bench.example -addext subjectAltName=DNS:bench.example 2>/dev/null
+else
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/key.pem" \
+        -out "$tmp/cert.pem" -days 2 -subj /CN=bench.example \
+        -addext subjectAltName=DNS:bench.example 2>/dev/null
+fi
+cat "$tmp/cert.pem" "$tmp/key.pem" >"$tmp/combined.pem"
+
+taskset -c "$client_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" --cpus "$client_cpu" \
+    --body-bytes 64 >"$tmp/origin.log" 2>&1 &
+pids+=($!)
+wait_http "127.0.0.1:$origin_port" origin "$tmp/origin.log"
+
+declare -A tpid=()
+start_zgix() {
+    cat >"$tmp/zgix.json" <<JSON
+{"cpus": [$proxy_cpu], "limits": {"busy_poll_us": 0},
+ "listeners": [{"bind": "127.0.0.1:$zgix_port", "tls": {"certificates": [{"cert": "$tmp/cert.pem", "key": "$tmp/key.pem"}]},
+                "http": {"cluster": "origin"}}],
+ "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"]}}}
+JSON
+    RUNTIME_DIRECTORY="$tmp/run" "$zgix_bin" --config "$tmp/zgix.json" >"$tmp/zgix.log" 2>&1 &
+    pids+=($!); tpid[zgix]=$!
+}
+start_nginx() {
+    mkdir -p "$tmp/nginx/logs"
+    cat >"$tmp/nginx/nginx.conf" <<CONF
+daemon off;
+worker_processes 1;
+worker_cpu_affinity $(printf '%x' $((1 << proxy_cpu)));
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    upstream origin { server 127.0.0.1:$origin_port; keepalive 256; }
+    server {
+        listen 127.0.0.1:$nginx_port ssl;
+        ssl_certificate $tmp/cert.pem;
+        ssl_certificate_key $tmp/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_tickets on;
+        location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    }
+}
+CONF
+    nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" >"$tmp/nginx/logs/stderr.log" 2>&1 &
+    pids+=($!); tpid[nginx]=$!
+}
+start_haproxy() {
+    cat >"$tmp/haproxy.cfg" <<CFG
+global
+    nbthread 1
+    cpu-map 1/1 $proxy_cpu
+    maxconn 20000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    http-reuse always
+frontend f
+    bind 127.0.0.1:$haproxy_port ssl crt $tmp/combined.pem
+    default_backend b
+backend b
+    server o 127.0.0.1:$origin_port
+CFG
+    taskset -c "$proxy_cpu" haproxy -f "$tmp/haproxy.cfg" -db >"$tmp/haproxy.log" 2>&1 &
+    pids+=($!); tpid[haproxy]=$!
+}
+port_of() { case "$1" in zgix) echo $zgix_port ;; nginx) echo $nginx_port ;; haproxy) echo $haproxy_port ;; esac; }
+
+# cpu_ticks TARGET: user+system ticks of the target's processes (all threads).
+cpu_ticks() {
+    local p
+    for p in ${tpid[$1]} $(pgrep -P "${tpid[$1]}" || true); do
+        sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
+    done | awk '{t += $12 + $13} END {print t + 0}'
+}
+
+wait_tls() { # TARGET
+    local i
+    for i in $(seq 100); do
+        if curl -sk -o /dev/null --max-time 1 "https://127.0.0.1:$(port_of "$1")/"; then return 0; fi
+        sleep 0.1
+    done
+    echo "bench-tls: $1 did not come up" >&2; cat "$tmp"/*.log >&2 || true; exit 1
+}
+
+for t in zgix nginx haproxy; do "start_$t"; wait_tls "$t"; done
+
+# handshakes TARGET new|reuse: "handshakes us_per_handshake client_busy%"
+handshakes() {
+    local t="$1" how="$2" port out n c0 c1 k0 k1
+    port="$(port_of "$t")"
+    c0="$(cpu_ticks "$t")"
+    k0="$(awk '{print $14 + $15}' /proc/self/stat)"
+    out="$(taskset -c "$client_cpu" openssl s_time -connect "127.0.0.1:$port" "-$how" -tls1_3 \
+        -time "$duration" 2>/dev/null || true)"
+    c1="$(cpu_ticks "$t")"
+    n="$(printf '%s\n' "$out" | awk '/connections in [0-9.]+ real seconds/ {print $1; exit}')"
+    [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "bench-tls: $t completed no handshake ($how)" >&2; exit 1; }
+    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN {printf "%d %.1f\n", n, (b - a) * 1e6 / hz / n}'
+}
+
+# keepalive TARGET: "requests us_per_request"
+keepalive() {
+    local t="$1" port out n c0 c1
+    port="$(port_of "$t")"
+    c0="$(cpu_ticks "$t")"
+    out="$(taskset -c "$client_cpu" wrk -t1 -c16 -d"${duration}s" "https://127.0.0.1:$port/" 2>&1)"
+    c1="$(cpu_ticks "$t")"
+    n="$(printf '%s\n' "$out" | awk '/requests in/ {print $1; exit}')"
+    [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "bench-tls: $t answered no request: $out" >&2; exit 1; }
+    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN {printf "%d %.1f\n", n, (b - a) * 1e6 / hz / n}'
+}
+
+declare -A full=() resumed=() ka=() fullrate=()
+for r in $(seq "$rounds"); do
+    for t in zgix nginx haproxy; do
+        read -r n us <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "
+        read -r n us <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "
+        read -r n us <<<"$(keepalive "$t")"; ka[$t]+="$us "
+    done
+    echo "round $r done" >&2
+done
+
+med() { tr ' ' '\n' | grep -v '^$' | median; }
+printf '\n%-9s %14s %14s %14s %14s\n' target "full/s(client)" "us/full" "us/resumed" "us/request"
+for t in zgix nginx haproxy; do
+    printf '%-9s %14s %14s %14s %14s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
+        "$(echo "${full[$t]}" | med)" "$(echo "${resumed[$t]}" | med)" "$(echo "${ka[$t]}" | med)"
+done
+ratio() { # KIND
+    local -n m="$1"
+    local z n h best
+    z="$(echo "${m[zgix]}" | med)" n="$(echo "${m[nginx]}" | med)" h="$(echo "${m[haproxy]}" | med)"
+    best="$(awk -v a="$n" -v b="$h" 'BEGIN {print (a < b) ? a : b}')"
+    awk -v z="$z" -v b="$best" -v k="$1" 'BEGIN {printf "zgix / better peer, %s: %.2f\n", k, z / b}'
+}
+echo
+ratio full; ratio resumed; ratio ka
+echo "(server CPU per handshake or request; the client runs on CPU $client_cpu and may be the rate limit: full/s is the client's pace)"
