@@ -304,3 +304,57 @@ fn a_buffer_the_kernel_cannot_map_is_an_error_not_a_panic() {
     b[4095] = 1;
     assert_eq!(b.len(), 4096);
 }
+
+/// A reply written in pieces that each fit an inline send while the peer
+/// reads slowly: some inline sends come back short inside the park that
+/// counted them, and the rest still goes out without any other event (the
+/// park's backstop), on both drivers. Before the backstop the shard slept
+/// until an unrelated event (none comes here) with bytes unsent.
+#[test]
+fn short_inline_sends_finish_without_another_event() {
+    for kind in kinds() {
+        on_driver(Options::new(kind), move |d| async move {
+            let (s, mut peer) = pair(&d).await;
+            // A small send buffer makes inline sends come back short.
+            let small: libc::c_int = 4096;
+            // SAFETY: setsockopt on an open socket with a c_int option.
+            unsafe {
+                libc::setsockopt(
+                    s.fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    (&small as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+            let total = 8 * 16 * 1024;
+            let reader = std::thread::spawn(move || {
+                let mut got = 0;
+                let mut b = [0u8; 1024];
+                while got < total {
+                    match peer.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                }
+                got
+            });
+            let piece = vec![9u8; 16 * 1024];
+            let done = d
+                .timeout(Duration::from_secs(20), async {
+                    for _ in 0..8 {
+                        s.write_all(&piece).await.unwrap();
+                    }
+                })
+                .await;
+            assert!(done.is_some(), "{kind:?}: the writes stalled");
+            for _ in 0..2000 {
+                if reader.is_finished() {
+                    break;
+                }
+                d.sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(reader.join().unwrap(), total, "{kind:?}");
+        });
+    }
+}

@@ -6,8 +6,8 @@ use io_uring::{cqueue, types};
 
 use super::super::{Driver, State, Turn, NO_BUF};
 use super::{
-    ud_parts, Meta, Op, Ring, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV, K_SEND, K_WAKE,
-    MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
+    ud_parts, Meta, Op, Ring, INLINE_PARK_MAX, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV,
+    K_SEND, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
 };
 
 impl Ring {
@@ -47,6 +47,10 @@ impl Ring {
                 self.deferred.set(0);
                 let r = match wait {
                     Some(t) if must_wait => {
+                        let t = match how {
+                            Turn::Park(_) if self.inline_sends.get() > 0 => t.min(INLINE_PARK_MAX),
+                            _ => t,
+                        };
                         let ts = types::Timespec::new()
                             .sec(t.as_secs())
                             .nsec(t.subsec_nanos());

@@ -43,6 +43,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
@@ -73,6 +74,19 @@ pub const MAX_DEFERRED_TURNS: u32 = 2;
 
 /// Inline sends a park counts past (its `wait_nr` stays far below the CQ size).
 const MAX_INLINE_COUNTED: u32 = 64;
+
+/// The longest write sent inline. An inline send that does not fit the
+/// socket completes short (or with `EAGAIN`) inside the park that counted
+/// it as done, and the rest needs user space to act: a park that then
+/// waited for "one more event" would sleep with bytes still to send. A
+/// reply up to 16 KiB fits a loopback or LAN socket's send buffer unless
+/// the peer stopped reading; longer writes wait in the kernel for room.
+pub(in crate::io) const INLINE_SEND_MAX: usize = 16 * 1024;
+
+/// How long a park that counted inline sends sleeps at most: the backstop
+/// for an inline send that still came back short (a peer that stopped
+/// reading), whose rest is sent at the next turn.
+pub(in crate::io) const INLINE_PARK_MAX: Duration = Duration::from_millis(1);
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;

@@ -267,7 +267,7 @@ impl Ring {
                 u.send = Some(self.sends.fill(b));
                 u.op_kind = K_SEND;
                 let bulk = b.len() > super::SEND_CHUNK;
-                let inline = !u.send_full && !u.bulk && !bulk;
+                let inline = !u.send_full && !u.bulk && !bulk && b.len() <= super::INLINE_SEND_MAX;
                 u.bulk = bulk;
                 self.submit_send(d, s, token, inline);
             }
