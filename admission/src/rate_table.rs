@@ -67,6 +67,51 @@ impl Slot for RateSlot {
 pub struct RateTable {
     slots: Box<[RateSlot]>,
     geo: Geometry,
+    /// The one bucket every identity that finds no slot shares under
+    /// [`Overflow::Shared`]. Its key never changes (generation 0 forever), so `take`
+    /// never sees it change owner; it starts at `TOKEN_MAX`, which the first check
+    /// clamps to that listener's burst.
+    overflow: RateSlot,
+}
+
+/// What a rate check does for an identity that finds no slot within its probe window
+/// (`limits.rate_limit_overflow`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Overflow {
+    /// Admit it (and let the caller count `TableFull`): today's rule, a full table is
+    /// never an outage.
+    #[default]
+    FailOpen,
+    /// Take from one bucket all such identities share, with the listener's rate: a
+    /// client rotating through millions of /64s to fill the table gets, in total, one
+    /// client's rate instead of unlimited requests.
+    Shared,
+}
+
+/// A rate check with what the occupancy metrics need.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RateCheck {
+    /// `TableFull` only under [`Overflow::FailOpen`].
+    pub decision: RateDecision,
+    /// Slots past the identity's home that were probed to find or claim its bucket
+    /// (0..=7), or [`PROBE_DEPTH_FULL`] when none was found.
+    pub depth: u8,
+    /// The identity found no slot; under [`Overflow::Shared`] `decision` came from the
+    /// shared bucket.
+    pub overflowed: bool,
+}
+
+/// `RateCheck::depth` of an identity that found no slot: one past the deepest probe.
+pub const PROBE_DEPTH_FULL: u8 = slot_table::PROBES as u8;
+
+/// A token taken by an allowed check, to give back with [`RateTable::refund_spent`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Spent {
+    /// The identity (address or hashed key) whose bucket paid.
+    pub id: ClientId,
+    pub params: RateParams,
+    /// Paid by the shared overflow bucket.
+    pub shared: bool,
 }
 
 impl RateTable {
@@ -81,18 +126,94 @@ impl RateTable {
                 key: KeyCell::empty(),
             })
             .collect();
-        RateTable { slots, geo }
+        let overflow = RateSlot {
+            ctl: AtomicU64::new(TOKEN_MAX),
+            stamp: AtomicU64::new(0),
+            full_at: AtomicU64::new(0),
+            key: KeyCell::empty(),
+        };
+        RateTable {
+            slots,
+            geo,
+            overflow,
+        }
+    }
+
+    /// [`RateTable::check`] with the table's overflow rule, reporting the probe depth
+    /// and whether the identity overflowed. Same bounds: at most 8 slots probed, then
+    /// (under `Shared`) one more bucket; no allocation, no lock.
+    pub fn check_with(
+        &self,
+        id: ClientId,
+        p: RateParams,
+        now_ns: u64,
+        overflow: Overflow,
+    ) -> RateCheck {
+        let (decision, depth) = self.check_depth(id, p, now_ns);
+        if decision != RateDecision::TableFull {
+            return RateCheck {
+                decision,
+                depth,
+                overflowed: false,
+            };
+        }
+        let decision = match overflow {
+            Overflow::FailOpen => RateDecision::TableFull,
+            Overflow::Shared => {
+                let rate = Rate::new(p);
+                let ctl = self.overflow.ctl.load(Ordering::SeqCst);
+                // The overflow slot never changes owner, so `take` always settles.
+                take(&self.overflow, ctl, &rate, now_ns).unwrap_or(RateDecision::TableFull)
+            }
+        };
+        RateCheck {
+            decision,
+            depth: PROBE_DEPTH_FULL,
+            overflowed: true,
+        }
+    }
+
+    /// Gives back a token an allowed [`RateTable::check_with`] took: from the
+    /// identity's bucket, or from the shared overflow bucket. Same rules as
+    /// [`RateTable::refund`].
+    pub fn refund_spent(&self, s: Spent) -> bool {
+        if !s.shared {
+            return self.refund(s.id, s.params);
+        }
+        let cap = Rate::new(s.params).cap;
+        let mut ctl = self.overflow.ctl.load(Ordering::SeqCst);
+        loop {
+            let left = tokens(ctl).min(cap);
+            if left >= cap {
+                return false;
+            }
+            let back = (left + crate::token_bucket::MICROTOKENS_PER_TOKEN).min(cap);
+            match self.overflow.ctl.compare_exchange(
+                ctl,
+                with_tokens(ctl, back),
+                Ordering::AcqRel,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(cur) => ctl = cur,
+            }
+        }
     }
 
     /// Take one token from `id`'s bucket at `now_ns` (a monotonic clock; it may stall or
     /// step back between callers without harm).
     pub fn check(&self, id: ClientId, p: RateParams, now_ns: u64) -> RateDecision {
+        self.check_depth(id, p, now_ns).0
+    }
+
+    fn check_depth(&self, id: ClientId, p: RateParams, now_ns: u64) -> (RateDecision, u8) {
         let rate = Rate::new(p);
         let place = self.geo.place(id);
+        let depth = |idx: usize| ((idx.wrapping_sub(place.home)) & self.geo.mask) as u8;
         for _ in 0..slot_table::MAX_ATTEMPTS {
             let free = |s: &RateSlot, ctl: u64| is_stale(s, ctl, &rate, now_ns);
             match slot_table::locate(&self.geo, &self.slots, place, id, free) {
-                Located::Full => return RateDecision::TableFull,
+                Located::Full => return (RateDecision::TableFull, PROBE_DEPTH_FULL),
                 Located::Claimed { idx, prev } => {
                     let slot = &self.slots[idx];
                     // A new bucket starts full and pays for this request at once.
@@ -101,16 +222,16 @@ impl RateTable {
                     slot.full_at
                         .store(rate.full_at(left, now_ns), Ordering::Relaxed);
                     slot_table::publish(slot, prev, left);
-                    return RateDecision::Allowed;
+                    return (RateDecision::Allowed, depth(idx));
                 }
                 Located::Existing { idx, ctl } => {
                     if let Some(d) = take(&self.slots[idx], ctl, &rate, now_ns) {
-                        return d;
+                        return (d, depth(idx));
                     }
                 }
             }
         }
-        RateDecision::TableFull
+        (RateDecision::TableFull, PROBE_DEPTH_FULL)
     }
 
     /// Gives back the token a request took, for a request refused after its rate check
@@ -359,6 +480,98 @@ mod tests {
             assert_eq!(t.check(*id, q, 0), Allowed);
             assert!(matches!(t.check(*id, q, 0), Limited { .. }));
         }
+    }
+
+    #[test]
+    fn depth_counts_slots_past_home() {
+        let t = RateTable::new(256);
+        let ids = same_home(&t, 40, 9);
+        let q = p(1, 1000, 2);
+        for (i, id) in ids[..8].iter().enumerate() {
+            let c = t.check_with(*id, q, 0, Overflow::FailOpen);
+            assert_eq!(
+                (c.decision, c.depth, c.overflowed),
+                (Allowed, i as u8, false)
+            );
+        }
+        // An existing bucket reports where it was found.
+        assert_eq!(t.check_with(ids[5], q, 0, Overflow::FailOpen).depth, 5);
+        let c = t.check_with(ids[8], q, 0, Overflow::FailOpen);
+        assert_eq!(
+            (c.decision, c.depth, c.overflowed),
+            (TableFull, PROBE_DEPTH_FULL, true)
+        );
+    }
+
+    #[test]
+    fn shared_overflow_bucket_holds_every_homeless_identity_to_one_rate() {
+        let t = RateTable::new(8); // one window: 8 identities fill it
+        let q = p(10, 1000, 5);
+        // Fillers on a slow listener: their buckets stay live for a second.
+        for i in 0..8 {
+            assert_eq!(t.check(v4(i), p(1, 1000, 5), 0), Allowed);
+        }
+        // 1000 more identities, each new: together they get the burst of one bucket.
+        let allowed = (1000..2000)
+            .filter(|&i| {
+                let c = t.check_with(v4(i), q, 0, Overflow::Shared);
+                assert!(c.overflowed);
+                c.decision == Allowed
+            })
+            .count();
+        assert_eq!(allowed, 5);
+        assert!(matches!(
+            t.check_with(v4(5000), q, 0, Overflow::Shared).decision,
+            Limited {
+                retry_after_secs: 1
+            }
+        ));
+        // ... and refill at the listener's rate: 10/s, so one more after 100 ms.
+        assert_eq!(
+            t.check_with(v4(5001), q, 100 * MS, Overflow::Shared)
+                .decision,
+            Allowed
+        );
+        assert!(matches!(
+            t.check_with(v4(5002), q, 100 * MS, Overflow::Shared)
+                .decision,
+            Limited { .. }
+        ));
+        // Fail-open admits the same identities.
+        assert_eq!(
+            t.check_with(v4(5003), q, 100 * MS, Overflow::FailOpen)
+                .decision,
+            TableFull
+        );
+        // A refund goes back to the shared bucket.
+        let s = Spent {
+            id: v4(5001),
+            params: q,
+            shared: true,
+        };
+        assert!(t.refund_spent(s));
+        assert_eq!(
+            t.check_with(v4(5004), q, 100 * MS, Overflow::Shared)
+                .decision,
+            Allowed
+        );
+    }
+
+    #[test]
+    fn hashed_keys_get_their_own_buckets() {
+        let t = RateTable::new(64);
+        let q = p(1, 1000, 1);
+        let a = ClientId::from_key(b"key-a");
+        assert_eq!(t.check(a, q, 0), Allowed);
+        assert!(matches!(t.check(a, q, 0), Limited { .. }));
+        assert_eq!(t.check(ClientId::from_key(b"key-b"), q, 0), Allowed);
+        assert_eq!(t.check(v4(1), q, 0), Allowed);
+        assert!(t.refund_spent(Spent {
+            id: a,
+            params: q,
+            shared: false
+        }));
+        assert_eq!(t.check(a, q, 0), Allowed);
     }
 
     #[test]

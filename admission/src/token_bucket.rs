@@ -25,7 +25,7 @@ const NS_PER_SEC: u128 = 1_000_000_000;
 ///
 /// The config validates all three as at least 1; the table clamps zeros to 1 (and
 /// `burst` to [`MAX_BURST`]) rather than divide by zero.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RateParams {
     pub requests: u64,
     pub window_ms: u64,
