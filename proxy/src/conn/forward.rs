@@ -175,7 +175,10 @@ impl Conn {
             .report_status(status, health::now_ms());
         note_transition(rt, ep, t);
         x.rec.status = status;
-        x.rec.decision = Decision::Forwarded;
+        // A dry-run refusal stays in the log: it was forwarded all the same.
+        if !matches!(x.rec.decision, Decision::DryRun(_)) {
+            x.rec.decision = Decision::Forwarded;
+        }
         if end.tunnel {
             return Ok(self.tunnel(up).await);
         }

@@ -244,8 +244,8 @@ pub struct Conn {
     sent: bool,
     /// The current request's state; `None` while idle.
     x: Option<Box<Exchange>>,
-    /// The rate limit's parameters when the current request took a token.
-    token: Option<zgix_admission::RateParams>,
+    /// The bucket and parameters when the current request took a token.
+    token: Option<zgix_admission::Spent>,
 }
 
 /// Serves one accepted connection to its end.

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use hdrhistogram::Histogram;
 
 use crate::observe::counter::Counter;
+pub use crate::observe::decision::Control;
 use crate::observe::decision::UpstreamError;
 
 /// Why a connection was refused before any request was read.
@@ -119,6 +120,10 @@ impl Admission {
     }
 }
 
+/// Buckets of the probe-depth histogram: depth 0..=7 past the home slot, and 8 for an
+/// identity that found no slot (`zgix_admission::PROBE_DEPTH_FULL`).
+pub const PROBE_DEPTHS: usize = zgix_admission::PROBE_DEPTH_FULL as usize + 1;
+
 /// Statuses counted one by one: every code a response can carry.
 pub const STATUS_CODES: std::ops::RangeInclusive<u16> = 100..=599;
 
@@ -133,6 +138,8 @@ pub struct ListenerCounters {
     pub admission: [Counter; Admission::ALL.len()],
     /// Request duration by [`crate::observe::decision::Decision::class`].
     pub duration: [Histo; crate::observe::decision::CLASS_LABELS.len()],
+    /// Refusals a dry-run control would have made, by [`Control`] index.
+    pub dry_run: [Counter; Control::ALL.len()],
 }
 
 impl Default for ListenerCounters {
@@ -143,6 +150,7 @@ impl Default for ListenerCounters {
             open: Gauge::default(),
             admission: Default::default(),
             duration: Default::default(),
+            dry_run: Default::default(),
         }
     }
 }
@@ -165,6 +173,8 @@ pub struct ShardCounters {
     pub conn_limited: Counter,
     pub conn_limit_full: Counter,
     pub waf_blocked: Counter,
+    /// Rate checks by probe depth (index = slots past home; the last = no slot).
+    pub rate_probe_depth: [Counter; PROBE_DEPTHS],
     pub upstream_errors: [Counter; UpstreamError::ALL.len()],
     pub upstream_connects: Counter,
     pub refused_connections: [Counter; ConnRefusal::ALL.len()],
@@ -223,6 +233,16 @@ impl ShardCounters {
         };
         total.inc();
         self.listeners[listener].admission[ev as usize].inc();
+    }
+    /// A refusal a dry-run `control` on `listener` would have made.
+    #[inline]
+    pub fn dry_run(&self, listener: usize, control: Control) {
+        self.listeners[listener].dry_run[control as usize].inc();
+    }
+    /// A rate check that probed `depth` slots past its home.
+    #[inline]
+    pub fn rate_probe(&self, depth: u8) {
+        self.rate_probe_depth[usize::from(depth).min(PROBE_DEPTHS - 1)].inc();
     }
     /// A request finished (response written, refusal included) after `us`.
     #[inline]

@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use super::{
-    new_latency_histogram, Admission, ConnRefusal, Histo, Metrics, ShardCounters, TableGauges,
-    UpstreamError, BUCKETS_US, STATUS_CODES,
+    new_latency_histogram, Admission, ConnRefusal, Control, Histo, Metrics, ShardCounters,
+    TableGauges, UpstreamError, BUCKETS_US, PROBE_DEPTHS, STATUS_CODES,
 };
 use crate::observe::decision::CLASS_LABELS;
 
@@ -314,6 +314,46 @@ impl Metrics {
             "zgix_table_slots_capacity{{table=\"rate\"}} {}\nzgix_table_slots_capacity{{table=\"conn\"}} {}",
             tables.rate_capacity, tables.conn_capacity
         );
+        family(
+            o,
+            "zgix_table_probe_depth",
+            "histogram",
+            "Slots probed past an identity's home to find or claim its rate bucket; le=\"+Inf\" minus le=\"7\" found none.",
+        );
+        let mut cum = 0;
+        let mut sum = 0;
+        for d in 0..PROBE_DEPTHS {
+            let v = self.sum(|s| s.rate_probe_depth[d].get());
+            cum += v;
+            sum += v * d as u64;
+            if d + 1 < PROBE_DEPTHS {
+                let _ = writeln!(
+                    o,
+                    "zgix_table_probe_depth_bucket{{table=\"rate\",le=\"{d}\"}} {cum}"
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            "zgix_table_probe_depth_bucket{{table=\"rate\",le=\"+Inf\"}} {cum}\nzgix_table_probe_depth_sum{{table=\"rate\"}} {sum}\nzgix_table_probe_depth_count{{table=\"rate\"}} {cum}"
+        );
+        family(
+            o,
+            "zgix_l7_dry_run_total",
+            "counter",
+            "Requests a dry-run control would have refused (forwarded instead).",
+        );
+        for (li, name) in names.listeners.iter().enumerate() {
+            for c in Control::ALL {
+                let v = self.sum(|s| s.listeners[li].dry_run[c as usize].get());
+                let _ = writeln!(
+                    o,
+                    "zgix_l7_dry_run_total{{listener=\"{}\",control=\"{}\"}} {v}",
+                    Esc(name),
+                    c.label()
+                );
+            }
+        }
         counter(
             o,
             "zgix_access_log_lines_total",
