@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::slot_table::{self, Geometry, KeyCell, Located, Slot, BUSY, EMPTY_KEY};
 use crate::sync::{AtomicU64, Ordering};
-use crate::token_bucket::{Rate, RateDecision, RateParams, TOKEN_MAX};
+use crate::token_bucket::{Rate, RateDecision, RateParams, MICROTOKENS_PER_TOKEN, TOKEN_MAX};
 use crate::ClientId;
 
 /// Control word: bit 63 `BUSY`, bits 50..63 a 13-bit generation, bits 0..50 the tokens
@@ -99,6 +99,32 @@ pub struct RateCheck {
     /// The identity found no slot; under [`Overflow::Shared`] `decision` came from the
     /// shared bucket.
     pub overflowed: bool,
+    /// Whole tokens left in the bucket that answered after this check (the shared
+    /// bucket's when `overflowed`; 0 for `TableFull`).
+    pub remaining: u64,
+    /// Seconds (rounded up) until that bucket gains its next whole token; 0 when it is
+    /// full. For a `Limited` check this is the `Retry-After` value.
+    pub next_token_secs: u64,
+}
+
+impl RateCheck {
+    fn new(decision: RateDecision, depth: u8, overflowed: bool, left: u64, rate: &Rate) -> Self {
+        let (remaining, next_token_secs) = match decision {
+            RateDecision::TableFull => (0, 0),
+            _ if left >= rate.cap => (left / MICROTOKENS_PER_TOKEN, 0),
+            _ => (
+                left / MICROTOKENS_PER_TOKEN,
+                rate.retry_after_secs(left % MICROTOKENS_PER_TOKEN),
+            ),
+        };
+        RateCheck {
+            decision,
+            depth,
+            overflowed,
+            remaining,
+            next_token_secs,
+        }
+    }
 }
 
 /// `RateCheck::depth` of an identity that found no slot: one past the deepest probe.
@@ -149,28 +175,20 @@ impl RateTable {
         now_ns: u64,
         overflow: Overflow,
     ) -> RateCheck {
-        let (decision, depth) = self.check_depth(id, p, now_ns);
+        let rate = Rate::new(p);
+        let (decision, depth, left) = self.check_depth(id, &rate, now_ns);
         if decision != RateDecision::TableFull {
-            return RateCheck {
-                decision,
-                depth,
-                overflowed: false,
-            };
+            return RateCheck::new(decision, depth, false, left, &rate);
         }
-        let decision = match overflow {
-            Overflow::FailOpen => RateDecision::TableFull,
+        let (decision, left) = match overflow {
+            Overflow::FailOpen => (RateDecision::TableFull, 0),
             Overflow::Shared => {
-                let rate = Rate::new(p);
                 let ctl = self.overflow.ctl.load(Ordering::SeqCst);
                 // The overflow slot never changes owner, so `take` always settles.
-                take(&self.overflow, ctl, &rate, now_ns).unwrap_or(RateDecision::TableFull)
+                take(&self.overflow, ctl, &rate, now_ns).unwrap_or((RateDecision::TableFull, 0))
             }
         };
-        RateCheck {
-            decision,
-            depth: PROBE_DEPTH_FULL,
-            overflowed: true,
-        }
+        RateCheck::new(decision, PROBE_DEPTH_FULL, true, left, &rate)
     }
 
     /// Gives back a token an allowed [`RateTable::check_with`] took: from the
@@ -203,17 +221,18 @@ impl RateTable {
     /// Take one token from `id`'s bucket at `now_ns` (a monotonic clock; it may stall or
     /// step back between callers without harm).
     pub fn check(&self, id: ClientId, p: RateParams, now_ns: u64) -> RateDecision {
-        self.check_depth(id, p, now_ns).0
+        self.check_depth(id, &Rate::new(p), now_ns).0
     }
 
-    fn check_depth(&self, id: ClientId, p: RateParams, now_ns: u64) -> (RateDecision, u8) {
-        let rate = Rate::new(p);
+    /// The decision, the probe depth and the microtokens left in the bucket.
+    fn check_depth(&self, id: ClientId, rate: &Rate, now_ns: u64) -> (RateDecision, u8, u64) {
+        let rate = *rate;
         let place = self.geo.place(id);
         let depth = |idx: usize| ((idx.wrapping_sub(place.home)) & self.geo.mask) as u8;
         for _ in 0..slot_table::MAX_ATTEMPTS {
             let free = |s: &RateSlot, ctl: u64| is_stale(s, ctl, &rate, now_ns);
             match slot_table::locate(&self.geo, &self.slots, place, id, free) {
-                Located::Full => return (RateDecision::TableFull, PROBE_DEPTH_FULL),
+                Located::Full => return (RateDecision::TableFull, PROBE_DEPTH_FULL, 0),
                 Located::Claimed { idx, prev } => {
                     let slot = &self.slots[idx];
                     // A new bucket starts full and pays for this request at once.
@@ -222,16 +241,16 @@ impl RateTable {
                     slot.full_at
                         .store(rate.full_at(left, now_ns), Ordering::Relaxed);
                     slot_table::publish(slot, prev, left);
-                    return (RateDecision::Allowed, depth(idx));
+                    return (RateDecision::Allowed, depth(idx), left);
                 }
                 Located::Existing { idx, ctl } => {
-                    if let Some(d) = take(&self.slots[idx], ctl, &rate, now_ns) {
-                        return (d, depth(idx));
+                    if let Some((d, left)) = take(&self.slots[idx], ctl, &rate, now_ns) {
+                        return (d, depth(idx), left);
                     }
                 }
             }
         }
-        (RateDecision::TableFull, PROBE_DEPTH_FULL)
+        (RateDecision::TableFull, PROBE_DEPTH_FULL, 0)
     }
 
     /// Gives back the token a request took, for a request refused after its rate check
@@ -326,7 +345,7 @@ fn is_stale(s: &RateSlot, ctl: u64, rate: &Rate, now: u64) -> bool {
 
 /// Refill and take from the bucket in `slot`, whose owner (ours) was seen in `ctl`.
 /// `None` when the slot changed owner meanwhile: the caller probes again.
-fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDecision> {
+fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<(RateDecision, u64)> {
     let owner = ctl >> GEN_SHIFT;
     loop {
         // Claim the refill for [stamp, new_stamp) first; a lost CAS means another thread
@@ -350,7 +369,7 @@ fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDeci
         loop {
             let (left, decision) = rate.settle(tokens(ctl), grant);
             if left == tokens(ctl) {
-                return Some(decision);
+                return Some((decision, left));
             }
             match slot.ctl.compare_exchange(
                 ctl,
@@ -363,7 +382,7 @@ fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDeci
                         slot.full_at
                             .fetch_max(rate.full_at(left, now), Ordering::AcqRel);
                     }
-                    return Some(decision);
+                    return Some((decision, left));
                 }
                 Err(cur) => {
                     if cur >> GEN_SHIFT != owner {
@@ -496,6 +515,9 @@ mod tests {
         }
         // An existing bucket reports where it was found.
         assert_eq!(t.check_with(ids[5], q, 0, Overflow::FailOpen).depth, 5);
+        // Burst 2 at 1/s: the second take leaves 0 and a token 1 s away.
+        let c = t.check_with(ids[6], q, 0, Overflow::FailOpen);
+        assert_eq!((c.remaining, c.next_token_secs), (0, 1));
         let c = t.check_with(ids[8], q, 0, Overflow::FailOpen);
         assert_eq!(
             (c.decision, c.depth, c.overflowed),
@@ -555,6 +577,26 @@ mod tests {
                 .decision,
             Allowed
         );
+    }
+
+    #[test]
+    fn remaining_and_next_token_follow_the_bucket() {
+        let t = RateTable::new(64);
+        let q = p(1, 10_000, 3); // a token every 10 s
+        let c = t.check_with(v4(1), q, 0, Overflow::FailOpen);
+        assert_eq!((c.remaining, c.next_token_secs), (2, 10));
+        let c = t.check_with(v4(1), q, 4000 * MS, Overflow::FailOpen);
+        // 2 + 0.4 - 1 = 1.4 tokens: one whole, the next in 6 s.
+        assert_eq!((c.remaining, c.next_token_secs), (1, 6));
+        t.check(v4(1), q, 4000 * MS);
+        let c = t.check_with(v4(1), q, 4000 * MS, Overflow::FailOpen);
+        assert_eq!(
+            c.decision,
+            Limited {
+                retry_after_secs: 6
+            }
+        );
+        assert_eq!((c.remaining, c.next_token_secs), (0, 6));
     }
 
     #[test]

@@ -64,8 +64,9 @@ pub struct RateModes {
     pub dry_run: bool,
     /// `"key": {"header": name}`: the field name, compared ASCII case-insensitively.
     pub key_header: Option<Box<[u8]>>,
-    /// `"headers": "draft-11"`.
-    pub headers: bool,
+    /// `"headers": "draft-11"`: the start of the two fields (see
+    /// [`crate::http::ratelimit::prefix`]); `None` writes none.
+    pub headers: Option<Box<[u8]>>,
     /// `"scope": "fleet"`.
     pub fleet: bool,
 }
@@ -108,14 +109,23 @@ pub struct Runtime {
     pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
 }
 
-fn rate_modes(r: &zgix_config::RateLimit) -> RateModes {
+fn rate_modes(r: &zgix_config::RateLimit, name: &str) -> RateModes {
     RateModes {
         dry_run: r.dry_run,
         key_header: match &r.key {
             zgix_config::RateKey::Address => None,
             zgix_config::RateKey::Header(h) => Some(h.as_bytes().into()),
         },
-        headers: r.headers.is_some(),
+        headers: r.headers.map(|_| {
+            crate::http::ratelimit::prefix(
+                name,
+                RateParams {
+                    requests: r.requests,
+                    window_ms: r.window_ms,
+                    burst: r.burst,
+                },
+            )
+        }),
         fleet: r.scope == zgix_config::RateScope::Fleet,
     }
 }
@@ -166,9 +176,15 @@ impl Runtime {
             .enumerate()
             .map(|(index, lst)| {
                 let h = &lst.http;
+                let name = listener_names.next().unwrap_or_default();
                 ListenerRt {
                     index,
-                    name: listener_names.next().unwrap_or_default(),
+                    rate: h
+                        .rate_limit
+                        .as_ref()
+                        .map(|r| rate_modes(r, &name))
+                        .unwrap_or_default(),
+                    name,
                     access_log: lst.access_log && config.access_log.is_some(),
                     bind: lst.bind,
                     cluster: names
@@ -181,7 +197,6 @@ impl Runtime {
                         window_ms: r.window_ms,
                         burst: r.burst,
                     }),
-                    rate: h.rate_limit.as_ref().map(rate_modes).unwrap_or_default(),
                     conn_limit: h.conn_limit.as_ref().map(|c| c.max),
                     conn_dry_run: h.conn_limit.as_ref().is_some_and(|c| c.dry_run),
                     waf: h.waf.as_ref().map(|w| WafRt {

@@ -355,3 +355,73 @@ fn header_key_gives_each_api_key_its_bucket_and_falls_back_to_the_address() {
     assert_eq!(series(&m, "zgix_l7_rate_limited"), 3.0);
     assert_eq!(series(&m, "zgix_table_slots_in_use{table=\"rate\"}"), 4.0);
 }
+
+/// `RateLimit` of `r`: its `r` and `t` parameters, after checking the policy name.
+#[track_caller]
+fn rate_fields(r: &support::Response) -> (u64, u64) {
+    assert_eq!(
+        r.fields_named("ratelimit-policy"),
+        ["\"api\";q=3;w=60"],
+        "{}",
+        r.show()
+    );
+    let v = r.fields_named("ratelimit");
+    assert_eq!(v.len(), 1, "{}", r.show());
+    let rest = v[0]
+        .strip_prefix("\"api\";r=")
+        .unwrap_or_else(|| panic!("RateLimit {:?}", v[0]));
+    let (rem, t) = rest.split_once(";t=").expect("r and t");
+    (rem.parse().unwrap(), t.parse().unwrap())
+}
+
+/// `"headers": "draft-11"`: every response of the listener, forwarded, answered by a
+/// filter or refused 429, carries both fields with the client's own bucket; another
+/// client's numbers are its own, and a listener without `headers` writes none.
+#[test]
+fn draft_11_headers_on_every_response_with_the_clients_own_bucket() {
+    let origin = Origin::start();
+    let z = Zgix::start_json(&format!(
+        r#"{{"listeners":[
+ {{"bind":"127.0.0.1:0","name":"api","http":{{"cluster":"api",
+   "rate_limit":{{"requests":1,"window_ms":60000,"burst":3,"headers":"draft-11"}},
+   "request_filters":[{{"match":{{"path":{{"prefix":"/old"}}}},"action":{{"redirect":{{"status":301,"location":"/new"}}}}}}]}}}},
+ {{"bind":"127.0.0.1:0","http":{{"cluster":"api",
+   "rate_limit":{{"requests":1,"window_ms":60000,"burst":3}}}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+        origin.addr()
+    ));
+    let l = v4(z.listeners[0]);
+    let from = |n: u8| Client::from_stream(connect_from(Ipv4Addr::new(127, 0, 3, n), l).unwrap());
+    let mut c = from(1);
+    // One token a minute: the next is (just under) 60 s away after each take.
+    let r = c.get("/a");
+    assert_eq!(r.status, 200);
+    let (rem, t) = rate_fields(&r);
+    assert_eq!(rem, 2);
+    assert!((59..=60).contains(&t), "t={t}");
+    let r = c.get("/old/x");
+    assert_eq!(r.status, 301, "{}", r.show());
+    assert_eq!(rate_fields(&r).0, 1);
+    // Another client sees its own full bucket, not this one's.
+    let mut other = from(2);
+    let r = other.get("/a");
+    assert_eq!(rate_fields(&r).0, 2);
+    let r = c.get("/a");
+    assert_eq!(rate_fields(&r).0, 0);
+    let _ = c.try_send(b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.read_response();
+    assert_eq!(r.status, 429);
+    let (rem, t) = rate_fields(&r);
+    assert_eq!(rem, 0);
+    assert_eq!(
+        r.field("retry-after"),
+        Some(t.to_string().as_str()),
+        "{}",
+        r.show()
+    );
+    // The listener without `headers` writes neither field.
+    let mut plain = Client::connect(z.listeners[1]);
+    let r = plain.get("/a");
+    assert_eq!(r.status, 200);
+    assert!(r.field("ratelimit").is_none() && r.field("ratelimit-policy").is_none());
+}

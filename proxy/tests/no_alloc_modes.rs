@@ -1,4 +1,4 @@
-//! The admission modes of issue 22 allocate nothing per request either: header keys hashed, every request overflowing into the shared bucket, and all three controls refusing in dry run.
+//! The admission modes of issue 22 allocate nothing per request either: header keys hashed, every request overflowing into the shared bucket, all three controls refusing in dry run, RateLimit fields spliced into every head.
 
 mod support;
 
@@ -67,7 +67,7 @@ fn no_alloc_per_request_with_header_keys_overflow_and_dry_run() {
         r#"{{ "cpus": [0], "admin": {{"bind": "127.0.0.1:0"}},
   "listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "o",
     "rate_limit": {{"requests": 1, "window_ms": 3600000, "burst": 1, "dry_run": true,
-                    "key": {{"header": "x-api-key"}}}},
+                    "key": {{"header": "x-api-key"}}, "headers": "draft-11"}},
     "conn_limit": {{"max": 100, "dry_run": true}},
     "waf": {{"deny": ["evil"], "dry_run": true}} }} }}],
   "clusters": {{"o": {{"endpoints": ["{}"]}}}},

@@ -44,6 +44,9 @@ impl Conn {
         self.begin_record();
         let next = self.admit_and_route(t0).await;
         self.end_record(t0);
+        if let Some(x) = self.x.as_mut() {
+            x.rate_fields.clear();
+        }
         next
     }
 
@@ -65,6 +68,16 @@ impl Conn {
             let now = zgix_admission::monotonic_ns_at(t0);
             let rc = rt.rate_table.check_with(id, p, now, rt.overflow);
             c.rate_probe(rc.depth);
+            if let Some(prefix) = &lst.rate.headers {
+                // An identity without a bucket of its own is told nothing about the
+                // shared one (other clients' spending): none left, a window away.
+                let (r, t) = if rc.overflowed {
+                    (0, p.window_ms.div_ceil(1000).max(1))
+                } else {
+                    (rc.remaining, rc.next_token_secs)
+                };
+                crate::http::ratelimit::write(&mut self.x().rate_fields, prefix, r, t);
+            }
             if rc.overflowed {
                 c.admission(li, Admission::RateLimitFull);
             }
@@ -171,6 +184,7 @@ impl Conn {
                     x.rec.decision = Decision::Filter(rule);
                     x.rec.status = status;
                     let x = self.x.as_mut().expect("a request state is held");
+                    crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
                     if self.client.write_all(&x.out).await.is_err() || !keep {
                         return Next::Close;
                     }

@@ -339,6 +339,7 @@ impl Conn {
             body_read: &finished,
             via: shard.rt.config.via.name().map(str::as_bytes),
             head_seen: &head_seen,
+            rate_fields: &x.rate_fields,
         };
         let mut up_fut = pin!(upload.run());
         let mut down_fut = pin!(download.run());

@@ -92,6 +92,9 @@ pub struct Exchange {
     walk: Walk,
     /// The listener `walk` is sized for.
     walk_li: usize,
+    /// This request's RateLimit-Policy and RateLimit fields (`"headers":
+    /// "draft-11"`), spliced into every head zgix writes for it; empty for none.
+    rate_fields: Vec<u8>,
 }
 
 impl Exchange {
@@ -125,6 +128,7 @@ impl Exchange {
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
             walk_li: li,
+            rate_fields: Vec::with_capacity(crate::http::ratelimit::FIELDS_CAPACITY),
         })
     }
 
@@ -357,6 +361,7 @@ impl Conn {
         let x = self.x.as_mut().expect("just set");
         x.rec.status = status;
         write_refusal(&mut x.out, status, retry_after);
+        crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
         shard.counters.response(self.li, status);
         self.sent = true;
         let _ = self.client.write_all(&x.out).await;
