@@ -6,6 +6,7 @@
 # The tests need, besides the Rust toolchain:
 #   /usr/bin/promtool  (Debian package prometheus)  lints /metrics
 #   kill(1)            (Debian package procps)       signals the zgix under test
+#   redis-server       (Debian package redis-server) the fleet tests' shared Redis
 # As root, missing ones are installed with apt-get; otherwise the script stops
 # and names the packages to install.
 set -euo pipefail
@@ -14,6 +15,7 @@ cd "$(dirname "$0")/.."
 missing=()
 [ -x /usr/bin/promtool ] || missing+=(prometheus)
 { [ -x /bin/kill ] || [ -x /usr/bin/kill ]; } || missing+=(procps)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/test.sh: installing ${missing[*]}"

@@ -85,6 +85,13 @@ impl ClientId {
         self.0
     }
 
+    /// The identity whose [`ClientId::to_bits`] is `bits` (the fleet sync reads keys
+    /// back from the table with it).
+    #[inline]
+    pub fn from_bits(bits: u128) -> Self {
+        ClientId(bits)
+    }
+
     /// A representative address: the IPv4 address, or the /64 network address.
     pub fn ip(&self) -> IpAddr {
         if self.is_v4() {

@@ -42,7 +42,15 @@ struct RateSlot {
     /// listener still considers live.
     full_at: AtomicU64,
     key: KeyCell,
+    /// Tokens taken for fleet-scoped listeners since the fleet sync last drained the
+    /// slot, and (`FLEET_TAG_SHIFT` up) the tag of the last such listener. Written on
+    /// the line the take already owns, so it costs no extra cache-line transfer.
+    spent: AtomicU64,
 }
+
+/// `RateSlot::spent`: the low 40 bits count tokens, the high 24 the listener tag.
+const FLEET_TAG_SHIFT: u32 = 40;
+const FLEET_COUNT_MASK: u64 = (1 << FLEET_TAG_SHIFT) - 1;
 
 impl Slot for RateSlot {
     const GEN_SHIFT: u32 = GEN_SHIFT;
@@ -150,6 +158,7 @@ impl RateTable {
                 stamp: AtomicU64::new(0),
                 full_at: AtomicU64::new(0),
                 key: KeyCell::empty(),
+                spent: AtomicU64::new(0),
             })
             .collect();
         let overflow = RateSlot {
@@ -157,6 +166,7 @@ impl RateTable {
             stamp: AtomicU64::new(0),
             full_at: AtomicU64::new(0),
             key: KeyCell::empty(),
+            spent: AtomicU64::new(0),
         };
         RateTable {
             slots,
@@ -189,6 +199,102 @@ impl RateTable {
             }
         };
         RateCheck::new(decision, PROBE_DEPTH_FULL, true, left, &rate)
+    }
+
+    /// [`RateTable::check_with`] for a fleet-scoped listener: a token taken from the
+    /// identity's own bucket is also counted for the fleet sync under `tag` (the
+    /// listener's index, below 2^24), which [`RateTable::drain_spent`] collects. The
+    /// shared overflow bucket is not synced (it has no identity to name).
+    pub fn check_fleet(
+        &self,
+        id: ClientId,
+        p: RateParams,
+        now_ns: u64,
+        overflow: Overflow,
+        tag: u32,
+    ) -> RateCheck {
+        let c = self.check_with(id, p, now_ns, overflow);
+        if c.decision == RateDecision::Allowed && !c.overflowed {
+            if let Some((idx, _)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
+            {
+                let s = &self.slots[idx];
+                let tagged = u64::from(tag & 0xff_ffff) << FLEET_TAG_SHIFT;
+                // Count and tag in one CAS loop: no lock, bounded by contention on
+                // this one client's line.
+                let mut cur = s.spent.load(Ordering::Relaxed);
+                loop {
+                    let next = tagged | ((cur & FLEET_COUNT_MASK) + 1).min(FLEET_COUNT_MASK);
+                    match s.spent.compare_exchange_weak(
+                        cur,
+                        next,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break,
+                        Err(v) => cur = v,
+                    }
+                }
+            }
+        }
+        c
+    }
+
+    /// Collects what fleet-scoped checks took since the last call: `f(id, tag,
+    /// tokens)` for every slot that took any. Scans the table; for the fleet sync
+    /// thread, never the request path. A slot recycled between a take and the drain
+    /// (its bucket had refilled) hands its count to the new owner's first drain at
+    /// worst, a one-token error.
+    pub fn drain_spent(&self, mut f: impl FnMut(ClientId, u32, u64)) {
+        for s in self.slots.iter() {
+            if s.spent.load(Ordering::Relaxed) & FLEET_COUNT_MASK == 0 {
+                continue;
+            }
+            let w = s.ctl.load(Ordering::SeqCst);
+            let key = s.key.load();
+            let w2 = s.ctl.load(Ordering::SeqCst);
+            if w & BUSY != 0
+                || w2 & BUSY != 0
+                || w >> GEN_SHIFT != w2 >> GEN_SHIFT
+                || key == EMPTY_KEY
+            {
+                continue;
+            }
+            let v = s.spent.swap(0, Ordering::AcqRel);
+            let n = v & FLEET_COUNT_MASK;
+            if n > 0 {
+                f(ClientId::from_bits(key), (v >> FLEET_TAG_SHIFT) as u32, n);
+            }
+        }
+    }
+
+    /// Takes up to `tokens` whole tokens from `id`'s bucket without refilling it first
+    /// (what other boxes of the fleet spent); returns how many it took. 0 when `id`
+    /// holds no bucket here. Lock-free, like a check.
+    pub fn debit(&self, id: ClientId, tokens: u64) -> u64 {
+        let Some((idx, mut ctl)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
+        else {
+            return 0;
+        };
+        let slot = &self.slots[idx];
+        let owner = ctl >> GEN_SHIFT;
+        loop {
+            let have = self::tokens(ctl) / MICROTOKENS_PER_TOKEN;
+            let take = have.min(tokens);
+            if take == 0 {
+                return 0;
+            }
+            let left = self::tokens(ctl) - take * MICROTOKENS_PER_TOKEN;
+            match slot.ctl.compare_exchange(
+                ctl,
+                with_tokens(ctl, left),
+                Ordering::AcqRel,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return take,
+                Err(cur) if cur >> GEN_SHIFT == owner => ctl = cur,
+                Err(_) => return 0,
+            }
+        }
     }
 
     /// Gives back a token an allowed [`RateTable::check_with`] took: from the
@@ -238,6 +344,8 @@ impl RateTable {
                     // A new bucket starts full and pays for this request at once.
                     let left = rate.cap - crate::token_bucket::MICROTOKENS_PER_TOKEN;
                     slot.stamp.store(now_ns, Ordering::Relaxed);
+                    // Nothing the previous owner spent is this one's.
+                    slot.spent.store(0, Ordering::Relaxed);
                     slot.full_at
                         .store(rate.full_at(left, now_ns), Ordering::Relaxed);
                     slot_table::publish(slot, prev, left);
@@ -597,6 +705,29 @@ mod tests {
             }
         );
         assert_eq!((c.remaining, c.next_token_secs), (0, 6));
+    }
+
+    #[test]
+    fn fleet_checks_are_drained_by_identity_and_tag_and_debits_take_tokens() {
+        let t = RateTable::new(64);
+        let q = p(1, 1000, 10);
+        for _ in 0..3 {
+            t.check_fleet(v4(1), q, 0, Overflow::FailOpen, 7);
+        }
+        t.check_fleet(v6(2), q, 0, Overflow::FailOpen, 9);
+        t.check(v4(3), q, 0); // box scope: not synced
+        let mut got = Vec::new();
+        t.drain_spent(|id, tag, n| got.push((id, tag, n)));
+        got.sort_by_key(|g| g.2);
+        assert_eq!(got, [(v6(2), 9, 1), (v4(1), 7, 3)]);
+        let mut again = 0;
+        t.drain_spent(|_, _, _| again += 1);
+        assert_eq!(again, 0, "drained once");
+        // 7 tokens left: a debit of 5 takes 5, the next of 5 takes the last 2.
+        assert_eq!(t.debit(v4(1), 5), 5);
+        assert_eq!(t.debit(v4(1), 5), 2);
+        assert!(matches!(t.check(v4(1), q, 0), Limited { .. }));
+        assert_eq!(t.debit(v4(99), 1), 0, "no bucket here");
     }
 
     #[test]

@@ -46,6 +46,7 @@
 // The floors, bottom up: observe, io, http, upstream, runtime, conn, process
 // (with instance); each imports only from the floors below it.
 pub mod conn;
+pub mod fleet;
 pub mod http;
 pub mod instance;
 pub mod io;

@@ -66,7 +66,12 @@ impl Conn {
         if let Some(p) = lst.rate_limit {
             let id = self.rate_id(lst.rate.key_header.as_deref());
             let now = zgix_admission::monotonic_ns_at(t0);
-            let rc = rt.rate_table.check_with(id, p, now, rt.overflow);
+            let rc = if lst.rate.fleet {
+                rt.rate_table
+                    .check_fleet(id, p, now, rt.overflow, self.li as u32)
+            } else {
+                rt.rate_table.check_with(id, p, now, rt.overflow)
+            };
             c.rate_probe(rc.depth);
             if let Some(prefix) = &lst.rate.headers {
                 // An identity without a bucket of its own is told nothing about the

@@ -74,6 +74,7 @@ pub fn run(start: Start) -> Result<i32, String> {
         )?));
     }
     let rt = Arc::new(rt);
+    crate::fleet::attach(&rt);
     let mut server = Server {
         path: start.path,
         shards: cpus.len(),
@@ -497,6 +498,7 @@ impl Server {
         let removed = self.listeners.len();
         let added = listeners.iter().filter(|b| !kept.contains(&b.key)).count();
         let old_rt = std::mem::replace(&mut self.rt, Arc::new(rt));
+        crate::fleet::attach(&self.rt);
         // Sockets of removed listeners close here; the shards close theirs
         // when they take the new generation.
         self.listeners = listeners;
