@@ -267,21 +267,26 @@ impl RateTable {
         }
     }
 
-    /// Takes up to `tokens` whole tokens from `id`'s bucket without refilling it first
-    /// (what other boxes of the fleet spent); returns how many it took. 0 when `id`
-    /// holds no bucket here. Lock-free, like a check.
-    pub fn debit(&self, id: ClientId, tokens: u64) -> u64 {
+    /// Takes `tokens` tokens from `id`'s bucket for what other boxes of the fleet
+    /// spent: first the whole tokens it holds, then the refill it has not earned yet,
+    /// by moving its clock forward (a bucket clock in the future earns nothing until
+    /// the time comes, so a client spending on every box at once finds this box's
+    /// bucket empty for as long as the others' spending is worth). The clock moves at
+    /// most one full refill past `now_ns`, so no debt locks a client out for longer.
+    /// Returns the tokens taken (0 when `id` holds no bucket here). Lock-free.
+    pub fn debit(&self, id: ClientId, p: RateParams, tokens: u64, now_ns: u64) -> u64 {
+        let rate = Rate::new(p);
         let Some((idx, mut ctl)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
         else {
             return 0;
         };
         let slot = &self.slots[idx];
         let owner = ctl >> GEN_SHIFT;
+        let mut took = 0;
         loop {
-            let have = self::tokens(ctl) / MICROTOKENS_PER_TOKEN;
-            let take = have.min(tokens);
+            let take = (self::tokens(ctl) / MICROTOKENS_PER_TOKEN).min(tokens);
             if take == 0 {
-                return 0;
+                break;
             }
             let left = self::tokens(ctl) - take * MICROTOKENS_PER_TOKEN;
             match slot.ctl.compare_exchange(
@@ -290,9 +295,41 @@ impl RateTable {
                 Ordering::AcqRel,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return take,
+                Ok(_) => {
+                    took = take;
+                    break;
+                }
                 Err(cur) if cur >> GEN_SHIFT == owner => ctl = cur,
                 Err(_) => return 0,
+            }
+        }
+        let rest = tokens - took;
+        if rest == 0 {
+            return took;
+        }
+        let horizon = now_ns.saturating_add(rate.ns_for(rate.cap));
+        let per = rate.ns_for(rest.saturating_mul(MICROTOKENS_PER_TOKEN));
+        loop {
+            let s = slot.stamp.load(Ordering::Acquire);
+            let new = s.saturating_add(per).min(horizon.max(s));
+            if new == s || slot.ctl.load(Ordering::SeqCst) >> GEN_SHIFT != owner {
+                return took;
+            }
+            if slot
+                .stamp
+                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Not recyclable before it has refilled from the new clock.
+                slot.full_at
+                    .fetch_max(rate.full_at(0, new), Ordering::AcqRel);
+                let moved = new - s;
+                return took
+                    + if moved >= per {
+                        rest
+                    } else {
+                        (moved / rate.ns_for(MICROTOKENS_PER_TOKEN).max(1)).min(rest)
+                    };
             }
         }
     }
@@ -723,11 +760,17 @@ mod tests {
         let mut again = 0;
         t.drain_spent(|_, _, _| again += 1);
         assert_eq!(again, 0, "drained once");
-        // 7 tokens left: a debit of 5 takes 5, the next of 5 takes the last 2.
-        assert_eq!(t.debit(v4(1), 5), 5);
-        assert_eq!(t.debit(v4(1), 5), 2);
+        // 7 tokens left: a debit of 5 takes 5 of them; the next of 5 the last 2 and
+        // 3 s of refill (1/s), so the bucket earns nothing until 3 s.
+        assert_eq!(t.debit(v4(1), q, 5, 0), 5);
+        assert_eq!(t.debit(v4(1), q, 5, 0), 5);
         assert!(matches!(t.check(v4(1), q, 0), Limited { .. }));
-        assert_eq!(t.debit(v4(99), 1), 0, "no bucket here");
+        assert!(matches!(t.check(v4(1), q, 2999 * MS), Limited { .. }));
+        assert_eq!(t.check(v4(1), q, 4000 * MS), Allowed);
+        // At most one full refill (10 s) ahead.
+        assert_eq!(t.debit(v4(1), q, 1000, 4000 * MS), 10);
+        assert!(matches!(t.check(v4(1), q, 14_999 * MS), Limited { .. }));
+        assert_eq!(t.debit(v4(99), q, 1, 0), 0, "no bucket here");
     }
 
     #[test]

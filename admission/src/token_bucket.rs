@@ -177,6 +177,12 @@ impl Rate {
         sat_u64(ns.div_ceil(NS_PER_SEC)).max(1)
     }
 
+    /// Nanoseconds the bucket takes to earn `micro` microtokens (rounded up).
+    #[inline]
+    pub(crate) fn ns_for(&self, micro: u64) -> u64 {
+        sat_u64(mul_div_ceil(u128::from(micro), self.den, self.num))
+    }
+
     /// When a bucket holding `tokens` at `now` will be full again, if nothing takes from it.
     #[inline]
     pub(crate) fn full_at(&self, tokens: u64, now: u64) -> u64 {

@@ -31,8 +31,8 @@ type Key = (u32, ClientId, u64);
 struct State {
     box_id: String,
     tracks: HashMap<Key, Track>,
-    /// Tokens other boxes spent that the local bucket could not pay yet (it was
-    /// empty): paid as it refills, so the fleet's spending is never forgotten.
+    /// What other boxes spent since the last read, per listener and identity
+    /// (summed over windows), debited once the replies are in.
     debt: HashMap<(u32, ClientId), u64>,
     conn: Option<resp::Conn>,
     /// `None` before the first exchange, then whether the last one succeeded.
@@ -181,12 +181,14 @@ fn tick(shared: &Shared, view: &View, st: &mut State) {
                 let (tag, id, _) = *k;
                 *st.debt.entry((tag, id)).or_default() += new;
             }
-            st.debt.retain(|&(_, id), owed| {
-                if *owed > 0 {
-                    *owed -= view.table.debit(id, *owed);
+            // Debit at once: past what the bucket holds, `debit` moves the bucket's
+            // clock forward (at most one full refill), so nothing is carried.
+            let now_ns = zgix_admission::monotonic_now_ns();
+            for ((tag, id), owed) in st.debt.drain() {
+                if let Some((_, p)) = view.listeners.get(tag as usize).and_then(|l| l.as_ref()) {
+                    view.table.debit(id, *p, owed, now_ns);
                 }
-                *owed > 0
-            });
+            }
             let pending = st.tracks.values().filter(|t| t.own > t.sent).count();
             shared.pending.store(pending as i64, Ordering::Relaxed);
             if st.up != Some(true) {
