@@ -272,7 +272,8 @@ impl RateTable {
     /// by moving its clock forward (a bucket clock in the future earns nothing until
     /// the time comes, so a client spending on every box at once finds this box's
     /// bucket empty for as long as the others' spending is worth). The clock moves at
-    /// most one full refill past `now_ns`, so no debt locks a client out for longer.
+    /// most one window (or one full refill, if longer) past `now_ns`, so no debt locks
+    /// a client out for longer.
     /// Returns the tokens taken (0 when `id` holds no bucket here). Lock-free.
     pub fn debit(&self, id: ClientId, p: RateParams, tokens: u64, now_ns: u64) -> u64 {
         let rate = Rate::new(p);
@@ -307,7 +308,8 @@ impl RateTable {
         if rest == 0 {
             return took;
         }
-        let horizon = now_ns.saturating_add(rate.ns_for(rate.cap));
+        let window_ns = p.window_ms.max(1).saturating_mul(1_000_000);
+        let horizon = now_ns.saturating_add(rate.ns_for(rate.cap).max(window_ns));
         let per = rate.ns_for(rest.saturating_mul(MICROTOKENS_PER_TOKEN));
         loop {
             let s = slot.stamp.load(Ordering::Acquire);
@@ -767,9 +769,14 @@ mod tests {
         assert!(matches!(t.check(v4(1), q, 0), Limited { .. }));
         assert!(matches!(t.check(v4(1), q, 2999 * MS), Limited { .. }));
         assert_eq!(t.check(v4(1), q, 4000 * MS), Allowed);
-        // At most one full refill (10 s) ahead.
+        // At most one full refill (10 s, longer than the 1 s window) ahead.
         assert_eq!(t.debit(v4(1), q, 1000, 4000 * MS), 10);
         assert!(matches!(t.check(v4(1), q, 14_999 * MS), Limited { .. }));
+        // ... or one window when that is longer: burst 1 at 1 per 5 s.
+        let w = p(1, 5000, 1);
+        assert_eq!(t.check(v4(7), w, 0), Allowed);
+        assert_eq!(t.debit(v4(7), w, 100, 0), 1);
+        assert!(matches!(t.check(v4(7), w, 9_999 * MS), Limited { .. }));
         assert_eq!(t.debit(v4(99), q, 1, 0), 0, "no bucket here");
     }
 

@@ -108,28 +108,27 @@ fn request(conns: &mut [Option<Client>], addrs: &[SocketAddr], i: usize) -> (u16
     (status, t0.elapsed())
 }
 
-/// Rate 100/s, burst 10, over 5 s, one client alternating between two boxes as
-/// fast as it can: box scope would let it have about 2 × (10 + 500); the fleet
-/// scope holds it to the documented bound burst + rate × T + rate × boxes ×
-/// sync_ms = 10 + 500 + 100 × 2 × 0.1 = 530.
-#[test]
-fn two_boxes_hold_an_alternating_client_to_the_fleet_bound() {
+/// Rate 100/s, burst 10, over 5 s, one client cycling through `n` boxes as fast
+/// as it can. Box scope would let it have about n × (10 + 500); the fleet scope
+/// holds it to the documented bound burst + rate × T + rate × boxes × sync_ms.
+/// Returns the scrape of the first box.
+fn hold_to_the_bound(n: usize, prefix: &str) -> String {
     let redis = Redis::start(free_port());
     let origin = Origin::start();
     let cfg = config(
         &origin,
         redis.port,
-        "bound",
+        prefix,
         r#""requests":100,"window_ms":1000,"burst":10"#,
     );
-    let boxes = [Proc::start(&cfg, &[]), Proc::start(&cfg, &[])];
+    let boxes: Vec<Proc> = (0..n).map(|_| Proc::start(&cfg, &[])).collect();
     let addrs: Vec<SocketAddr> = boxes.iter().map(|b| b.listeners()[0]).collect();
-    let mut conns: Vec<Option<Client>> = vec![None, None];
+    let mut conns: Vec<Option<Client>> = (0..n).map(|_| None).collect();
     let (mut ok, mut limited) = (0u64, 0u64);
     let t0 = Instant::now();
     let mut i = 0;
     while t0.elapsed() < Duration::from_secs(5) {
-        match request(&mut conns, &addrs, i % 2).0 {
+        match request(&mut conns, &addrs, i % n).0 {
             200 => ok += 1,
             429 => limited += 1,
             s => panic!("status {s}"),
@@ -137,14 +136,14 @@ fn two_boxes_hold_an_alternating_client_to_the_fleet_bound() {
         i += 1;
     }
     let took = t0.elapsed().as_secs_f64();
+    let bound = 10.0 + 100.0 * took + 100.0 * n as f64 * 0.1;
     eprintln!(
-        "fleet bound: {ok} accepted, {limited} refused in {took:.2} s (offered {:.0}/s)",
+        "fleet bound, {n} boxes: {ok} accepted, {limited} refused in {took:.2} s (offered {:.0}/s), bound {bound:.0}",
         (ok + limited) as f64 / took
     );
     for b in &boxes {
         b.wait_log("fleet: syncing with redis", 1);
     }
-    let bound = 10.0 + 100.0 * took + 100.0 * 2.0 * 0.1;
     assert!(
         (ok as f64) <= bound,
         "{ok} accepted over {took:.2} s, above the bound {bound:.0}"
@@ -157,8 +156,40 @@ fn two_boxes_hold_an_alternating_client_to_the_fleet_bound() {
         ok >= 400,
         "only {ok} accepted: the fleet limit over-restricts"
     );
-    let m = scrape(boxes[0].admin().unwrap());
+    scrape(boxes[0].admin().unwrap())
+}
+
+#[test]
+fn two_boxes_hold_an_alternating_client_to_the_fleet_bound() {
+    let m = hold_to_the_bound(2, "bound2");
     assert!(series(&m, "zgix_fleet_sync_total{result=\"ok\"}") > 10.0);
+    assert!(series(&m, "zgix_fleet_sync_seconds_count") > 10.0);
+    promtool_passes(&m);
+}
+
+#[test]
+fn four_boxes_hold_a_cycling_client_to_the_fleet_bound() {
+    hold_to_the_bound(4, "bound4");
+}
+
+/// `promtool check metrics` accepts the scrape (the fleet series included).
+fn promtool_passes(m: &str) {
+    use std::io::Write as _;
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    p.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Rate 50/s (500 per 10 s window), a client at about 40/s alternating for 4 s;
