@@ -185,8 +185,19 @@ impl RateTable {
         now_ns: u64,
         overflow: Overflow,
     ) -> RateCheck {
+        self.check_inner(id, p, now_ns, overflow, None)
+    }
+
+    fn check_inner(
+        &self,
+        id: ClientId,
+        p: RateParams,
+        now_ns: u64,
+        overflow: Overflow,
+        tag: Option<u32>,
+    ) -> RateCheck {
         let rate = Rate::new(p);
-        let (decision, depth, left) = self.check_depth(id, &rate, now_ns);
+        let (decision, depth, left) = self.check_depth(id, &rate, now_ns, tag);
         if decision != RateDecision::TableFull {
             return RateCheck::new(decision, depth, false, left, &rate);
         }
@@ -213,30 +224,7 @@ impl RateTable {
         overflow: Overflow,
         tag: u32,
     ) -> RateCheck {
-        let c = self.check_with(id, p, now_ns, overflow);
-        if c.decision == RateDecision::Allowed && !c.overflowed {
-            if let Some((idx, _)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
-            {
-                let s = &self.slots[idx];
-                let tagged = u64::from(tag & 0xff_ffff) << FLEET_TAG_SHIFT;
-                // Count and tag in one CAS loop: no lock, bounded by contention on
-                // this one client's line.
-                let mut cur = s.spent.load(Ordering::Relaxed);
-                loop {
-                    let next = tagged | ((cur & FLEET_COUNT_MASK) + 1).min(FLEET_COUNT_MASK);
-                    match s.spent.compare_exchange_weak(
-                        cur,
-                        next,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break,
-                        Err(v) => cur = v,
-                    }
-                }
-            }
-        }
-        c
+        self.check_inner(id, p, now_ns, overflow, Some(tag))
     }
 
     /// Collects what fleet-scoped checks took since the last call: `f(id, tag,
@@ -366,12 +354,22 @@ impl RateTable {
     /// Take one token from `id`'s bucket at `now_ns` (a monotonic clock; it may stall or
     /// step back between callers without harm).
     pub fn check(&self, id: ClientId, p: RateParams, now_ns: u64) -> RateDecision {
-        self.check_depth(id, &Rate::new(p), now_ns).0
+        self.check_depth(id, &Rate::new(p), now_ns, None).0
     }
 
     /// The decision, the probe depth and the microtokens left in the bucket.
-    fn check_depth(&self, id: ClientId, rate: &Rate, now_ns: u64) -> (RateDecision, u8, u64) {
+    ///
+    /// With a fleet `tag`, a token taken is also counted in the slot's `spent` for the
+    /// fleet sync: on the line the take just wrote, so no extra cache-line transfer.
+    fn check_depth(
+        &self,
+        id: ClientId,
+        rate: &Rate,
+        now_ns: u64,
+        tag: Option<u32>,
+    ) -> (RateDecision, u8, u64) {
         let rate = *rate;
+        let tagged = tag.map(|t| u64::from(t & 0xff_ffff) << FLEET_TAG_SHIFT);
         let place = self.geo.place(id);
         let depth = |idx: usize| ((idx.wrapping_sub(place.home)) & self.geo.mask) as u8;
         for _ in 0..slot_table::MAX_ATTEMPTS {
@@ -384,7 +382,8 @@ impl RateTable {
                     let left = rate.cap - crate::token_bucket::MICROTOKENS_PER_TOKEN;
                     slot.stamp.store(now_ns, Ordering::Relaxed);
                     // Nothing the previous owner spent is this one's.
-                    slot.spent.store(0, Ordering::Relaxed);
+                    slot.spent
+                        .store(tagged.map_or(0, |t| t | 1), Ordering::Relaxed);
                     slot.full_at
                         .store(rate.full_at(left, now_ns), Ordering::Relaxed);
                     slot_table::publish(slot, prev, left);
@@ -392,6 +391,9 @@ impl RateTable {
                 }
                 Located::Existing { idx, ctl } => {
                     if let Some((d, left)) = take(&self.slots[idx], ctl, &rate, now_ns) {
+                        if let (Some(t), RateDecision::Allowed) = (tagged, d) {
+                            count_spent(&self.slots[idx], t);
+                        }
                         return (d, depth(idx), left);
                     }
                 }
@@ -480,6 +482,22 @@ impl fmt::Debug for RateTable {
         f.debug_struct("RateTable")
             .field("capacity", &self.capacity())
             .finish_non_exhaustive()
+    }
+}
+
+/// One more token spent for the fleet in `slot`, under the tag bits `tagged`: one
+/// CAS loop on the client's own line (the count saturates at 2^40 - 1).
+fn count_spent(slot: &RateSlot, tagged: u64) {
+    let mut cur = slot.spent.load(Ordering::Relaxed);
+    loop {
+        let next = tagged | ((cur & FLEET_COUNT_MASK) + 1).min(FLEET_COUNT_MASK);
+        match slot
+            .spent
+            .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return,
+            Err(v) => cur = v,
+        }
     }
 }
 

@@ -37,6 +37,8 @@ struct State {
     conn: Option<resp::Conn>,
     /// `None` before the first exchange, then whether the last one succeeded.
     up: Option<bool>,
+    /// Until when reads after an outage only set the baseline.
+    recovering_until: Option<Instant>,
     dropped: u64,
 }
 
@@ -60,6 +62,7 @@ pub(super) fn run(shared: &'static Shared) {
         debt: HashMap::new(),
         conn: None,
         up: None,
+        recovering_until: None,
         dropped: 0,
     };
     let mut next = Instant::now();
@@ -162,6 +165,18 @@ fn tick(shared: &Shared, view: &View, st: &mut State) {
     match result {
         Ok(replies) => {
             shared.record(0, us);
+            // What the other boxes spent while Redis was away was spent against
+            // their own local limits, and this box's bucket refilled meanwhile as if
+            // apart: debiting it when the totals reappear would refuse the client
+            // for traffic the fleet already allowed. For three periods after Redis
+            // is back (every box that is up rewrites its totals each period) the
+            // reads only set the baseline; debits resume after.
+            if st.up == Some(false) {
+                st.recovering_until = Some(
+                    Instant::now() + Duration::from_millis(view.fleet.sync_ms.saturating_mul(3)),
+                );
+            }
+            let apply = st.recovering_until.is_none_or(|t| Instant::now() >= t);
             for (i, k) in keys.iter().enumerate() {
                 let Some(Reply::Array(vals)) = replies.get(i * 3 + 2) else {
                     continue;
@@ -179,7 +194,9 @@ fn tick(shared: &Shared, view: &View, st: &mut State) {
                 let new = others.saturating_sub(t.others);
                 t.others = t.others.max(others);
                 let (tag, id, _) = *k;
-                *st.debt.entry((tag, id)).or_default() += new;
+                if apply {
+                    *st.debt.entry((tag, id)).or_default() += new;
+                }
             }
             // Debit at once: past what the bucket holds, `debit` moves the bucket's
             // clock forward (at most one full refill), so nothing is carried.
