@@ -109,7 +109,9 @@ impl Conn {
         }
         if let Some(max) = lst.conn_limit {
             if !self.conn_checked {
-                match rt.conn_table.acquire(self.id, max) {
+                let (decision, depth) = rt.conn_table.acquire_probed(self.id, max);
+                c.conn_probe(depth);
+                match decision {
                     ConnDecision::Admitted(g) => {
                         self.conn_slot = Some(g);
                         self.conn_checked = true;

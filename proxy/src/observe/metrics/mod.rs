@@ -175,6 +175,8 @@ pub struct ShardCounters {
     pub waf_blocked: Counter,
     /// Rate checks by probe depth (index = slots past home; the last = no slot).
     pub rate_probe_depth: [Counter; PROBE_DEPTHS],
+    /// Connection-limit checks by probe depth, likewise.
+    pub conn_probe_depth: [Counter; PROBE_DEPTHS],
     pub upstream_errors: [Counter; UpstreamError::ALL.len()],
     pub upstream_connects: Counter,
     pub refused_connections: [Counter; ConnRefusal::ALL.len()],
@@ -243,6 +245,11 @@ impl ShardCounters {
     #[inline]
     pub fn rate_probe(&self, depth: u8) {
         self.rate_probe_depth[usize::from(depth).min(PROBE_DEPTHS - 1)].inc();
+    }
+    /// A connection-limit check that probed `depth` slots past its home.
+    #[inline]
+    pub fn conn_probe(&self, depth: u8) {
+        self.conn_probe_depth[usize::from(depth).min(PROBE_DEPTHS - 1)].inc();
     }
     /// A request finished (response written, refusal included) after `us`.
     #[inline]

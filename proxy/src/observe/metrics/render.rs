@@ -318,25 +318,31 @@ impl Metrics {
             o,
             "zgix_table_probe_depth",
             "histogram",
-            "Slots probed past an identity's home to find or claim its rate bucket; le=\"+Inf\" minus le=\"7\" found none.",
+            "Slots probed past an identity's home to find or claim its slot, per table; le=\"+Inf\" minus le=\"7\" found none.",
         );
-        let mut cum = 0;
-        let mut sum = 0;
-        for d in 0..PROBE_DEPTHS {
-            let v = self.sum(|s| s.rate_probe_depth[d].get());
-            cum += v;
-            sum += v * d as u64;
-            if d + 1 < PROBE_DEPTHS {
-                let _ = writeln!(
-                    o,
-                    "zgix_table_probe_depth_bucket{{table=\"rate\",le=\"{d}\"}} {cum}"
-                );
+        type DepthsOf = fn(&ShardCounters) -> &[crate::observe::counter::Counter; PROBE_DEPTHS];
+        let depths: [(&str, DepthsOf); 2] = [
+            ("rate", |s| &s.rate_probe_depth),
+            ("conn", |s| &s.conn_probe_depth),
+        ];
+        for (table, of) in depths {
+            let (mut cum, mut sum) = (0, 0);
+            for d in 0..PROBE_DEPTHS {
+                let v = self.sum(|s| of(s)[d].get());
+                cum += v;
+                sum += v * d as u64;
+                if d + 1 < PROBE_DEPTHS {
+                    let _ = writeln!(
+                        o,
+                        "zgix_table_probe_depth_bucket{{table=\"{table}\",le=\"{d}\"}} {cum}"
+                    );
+                }
             }
+            let _ = writeln!(
+                o,
+                "zgix_table_probe_depth_bucket{{table=\"{table}\",le=\"+Inf\"}} {cum}\nzgix_table_probe_depth_sum{{table=\"{table}\"}} {sum}\nzgix_table_probe_depth_count{{table=\"{table}\"}} {cum}"
+            );
         }
-        let _ = writeln!(
-            o,
-            "zgix_table_probe_depth_bucket{{table=\"rate\",le=\"+Inf\"}} {cum}\nzgix_table_probe_depth_sum{{table=\"rate\"}} {sum}\nzgix_table_probe_depth_count{{table=\"rate\"}} {cum}"
-        );
         family(
             o,
             "zgix_l7_dry_run_total",
