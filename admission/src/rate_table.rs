@@ -146,6 +146,9 @@ pub struct Spent {
     pub params: RateParams,
     /// Paid by the shared overflow bucket.
     pub shared: bool,
+    /// Counted for the fleet sync ([`RateTable::check_fleet`]): a refund takes it
+    /// back from the count the sync has not drained yet.
+    pub fleet: bool,
 }
 
 impl RateTable {
@@ -225,6 +228,24 @@ impl RateTable {
         tag: u32,
     ) -> RateCheck {
         self.check_inner(id, p, now_ns, overflow, Some(tag))
+    }
+
+    /// Takes one token back from `id`'s undrained fleet count (a refund); nothing
+    /// when the sync drained it already (the fleet then counts one token too many,
+    /// never one too few).
+    fn uncount_spent(&self, id: ClientId) {
+        let Some((idx, _)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
+        else {
+            return;
+        };
+        let spent = &self.slots[idx].spent;
+        let mut cur = spent.load(Ordering::Relaxed);
+        while cur & FLEET_COUNT_MASK > 0 {
+            match spent.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(v) => cur = v,
+            }
+        }
     }
 
     /// Collects what fleet-scoped checks took since the last call: `f(id, tag,
@@ -329,6 +350,9 @@ impl RateTable {
     /// [`RateTable::refund`].
     pub fn refund_spent(&self, s: Spent) -> bool {
         if !s.shared {
+            if s.fleet {
+                self.uncount_spent(s.id);
+            }
             return self.refund(s.id, s.params);
         }
         let cap = Rate::new(s.params).cap;
@@ -735,6 +759,7 @@ mod tests {
             id: v4(5001),
             params: q,
             shared: true,
+            fleet: false,
         };
         assert!(t.refund_spent(s));
         assert_eq!(
@@ -780,6 +805,20 @@ mod tests {
         let mut again = 0;
         t.drain_spent(|_, _, _| again += 1);
         assert_eq!(again, 0, "drained once");
+        // A refunded fleet token is taken back from the undrained count.
+        t.check_fleet(v4(1), q, 0, Overflow::FailOpen, 7);
+        t.check_fleet(v4(1), q, 0, Overflow::FailOpen, 7);
+        let s = Spent {
+            id: v4(1),
+            params: q,
+            shared: false,
+            fleet: true,
+        };
+        assert!(t.refund_spent(s));
+        let mut n = 0;
+        t.drain_spent(|_, _, k| n += k);
+        assert_eq!(n, 1);
+        assert!(t.refund_spent(s), "the bucket still gets its token back");
         // 7 tokens left: a debit of 5 takes 5 of them; the next of 5 the last 2 and
         // 3 s of refill (1/s), so the bucket earns nothing until 3 s.
         assert_eq!(t.debit(v4(1), q, 5, 0), 5);
@@ -810,7 +849,8 @@ mod tests {
         assert!(t.refund_spent(Spent {
             id: a,
             params: q,
-            shared: false
+            shared: false,
+            fleet: false,
         }));
         assert_eq!(t.check(a, q, 0), Allowed);
     }

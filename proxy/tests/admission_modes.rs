@@ -269,8 +269,14 @@ fn dry_run_forwards_counts_logs_and_reload_switches_without_losing_the_table() {
     assert_eq!(series(&m, "zgix_l7_waf_blocked"), 0.0);
     assert_eq!(origin.requests().len(), 9, "all nine forwarded");
     // Occupancy: one probe per rate check, one per connection checked.
-    assert_eq!(series(&m, "zgix_table_probe_depth_count{table=\"rate\"}"), 4.0);
-    assert_eq!(series(&m, "zgix_table_probe_depth_count{table=\"conn\"}"), 2.0);
+    assert_eq!(
+        series(&m, "zgix_table_probe_depth_count{table=\"rate\"}"),
+        4.0
+    );
+    assert_eq!(
+        series(&m, "zgix_table_probe_depth_count{table=\"conn\"}"),
+        2.0
+    );
     assert_eq!(
         series(&m, "zgix_table_probe_depth_bucket{table=\"conn\",le=\"7\"}"),
         2.0,

@@ -92,6 +92,7 @@ impl Conn {
                         id,
                         params: p,
                         shared: rc.overflowed,
+                        fleet: lst.rate.fleet,
                     })
                 }
                 RateDecision::TableFull => {}
