@@ -113,6 +113,8 @@ fn tick(shared: &Shared, view: &View, st: &mut State) {
         st.tracks.retain(|k, _| k.2 > cut);
         st.dropped += (before - st.tracks.len()) as u64;
     }
+    // (Every kept track's listener is fleet-scoped: `retain` dropped the others, so
+    // each key below gets its three commands and the reply count matches.)
     let keys: Vec<Key> = st.tracks.keys().copied().collect();
     let pending = st.tracks.values().filter(|t| t.own > t.sent).count();
     shared.pending.store(pending as i64, Ordering::Relaxed);
@@ -123,9 +125,9 @@ fn tick(shared: &Shared, view: &View, st: &mut State) {
     let mut name = String::new();
     for k in &keys {
         let (tag, id, w) = *k;
-        let Some((lname, p)) = view.listeners.get(tag as usize).and_then(|l| l.as_ref()) else {
-            continue;
-        };
+        let (lname, p) = view.listeners[tag as usize]
+            .as_ref()
+            .expect("retained tracks are fleet-scoped");
         name.clear();
         let _ = write!(
             name,
