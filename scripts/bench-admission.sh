@@ -6,7 +6,7 @@ set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-usage: scripts/bench-admission.sh [--rounds N] [--duration S] [--connections N] [--no-build]
+usage: scripts/bench-admission.sh [--rounds N] [--duration S] [--connections N] [--no-build] [--fleet]
 
 Starts a zgix-bench origin (CPU 1) and two one-shard zgix instances (CPU 0):
 "off" with no admission control and "on" with rate_limit (set far above the
@@ -19,16 +19,21 @@ Only 127.0.0.1 is used. Everything started is stopped on exit.
   --duration S      seconds per wrk run (default 4)
   --connections N   wrk connections (default 64)
   --no-build        use the release binaries already built
+  --fleet           compare the rate limit's scopes instead: "off" is a
+                    rate_limit with "scope": "box", "on" the same with
+                    "scope": "fleet" syncing every 100 ms with a redis-server
+                    the script starts on 127.0.0.1 (needs redis-server)
 USAGE
 }
 
-rounds=7 duration=4 connections=64 build=1
+rounds=7 duration=4 connections=64 build=1 fleet=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
         --duration) duration="$2"; shift 2 ;;
         --connections) connections="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
+        --fleet) fleet=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-admission: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -59,12 +64,12 @@ for _ in $(seq 100); do grep -q "listening on" "$tmp/origin.log" 2>/dev/null && 
 origin="$(grep -o 'listening on [0-9.:]*' "$tmp/origin.log" | awk '{print $3}')"
 [ -n "$origin" ] || { echo "bench-admission: origin did not start" >&2; cat "$tmp/origin.log" >&2; exit 1; }
 
-# start_zgix NAME HTTP-EXTRA: sets $addr to the instance's listener. Not run in
-# a command substitution: that subshell would keep the PID from `pids`, and the
-# instance would outlive the script.
+# start_zgix NAME HTTP-EXTRA [TOP-EXTRA]: sets $addr to the instance's listener.
+# Not run in a command substitution: that subshell would keep the PID from
+# `pids`, and the instance would outlive the script.
 start_zgix() {
     cat >"$tmp/$1.json" <<JSON
-{ "cpus": [$proxy_cpu],
+{ "cpus": [$proxy_cpu],${3:-}
   "listeners": [{"bind": "127.0.0.1:0", "http": {"cluster": "origin"$2}}],
   "clusters": {"origin": {"endpoints": ["$origin"]}} }
 JSON
@@ -73,14 +78,30 @@ JSON
     for _ in $(seq 100); do grep -q "ready" "$tmp/$1.log" 2>/dev/null && break; sleep 0.1; done
     addr="$(grep -o 'listener 0 on [0-9.:]*' "$tmp/$1.log" | awk '{print $4}')"
 }
-start_zgix off ""
-off="$addr"
-start_zgix on ', "rate_limit": {"requests": 1000000000, "window_ms": 1000, "burst": 1000000000},
+if [ "$fleet" = 1 ]; then
+    command -v redis-server >/dev/null || { echo "bench-admission: redis-server is missing (apt-get install redis-server)" >&2; exit 1; }
+    rport=$(( 20000 + RANDOM % 20000 ))
+    taskset -c "$load_cpu" redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+        >"$tmp/redis.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do [ "$(redis-cli -p "$rport" ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
+    rate='"rate_limit": {"requests": 1000000000, "window_ms": 1000, "burst": 1000000000'
+    start_zgix off ", $rate}"
+    off="$addr"
+    start_zgix on ", $rate, \"scope\": \"fleet\"}" \
+        " \"fleet\": {\"redis\": \"127.0.0.1:$rport\", \"sync_ms\": 100},"
+    on="$addr"
+    [ -n "$off" ] && [ -n "$on" ] || { echo "bench-admission: zgix did not start" >&2; cat "$tmp"/*.log >&2; exit 1; }
+else
+    start_zgix off ""
+    off="$addr"
+    start_zgix on ', "rate_limit": {"requests": 1000000000, "window_ms": 1000, "burst": 1000000000},
     "conn_limit": {"max": 100000}, "waf": {"deny": ["union select", "<script", "../"], "status": 403}'
-on="$addr"
-[ -n "$off" ] && [ -n "$on" ] || { echo "bench-admission: zgix did not start" >&2; cat "$tmp"/*.log >&2; exit 1; }
-got="$(curl -s -o /dev/null -w '%{http_code}' "http://$on/x?q=UNION%20select+../etc")"
-[ "$got" = 403 ] || { echo "bench-admission: the WAF did not refuse a probe (got $got)" >&2; exit 1; }
+    on="$addr"
+    [ -n "$off" ] && [ -n "$on" ] || { echo "bench-admission: zgix did not start" >&2; cat "$tmp"/*.log >&2; exit 1; }
+    got="$(curl -s -o /dev/null -w '%{http_code}' "http://$on/x?q=UNION%20select+../etc")"
+    [ "$got" = 403 ] || { echo "bench-admission: the WAF did not refuse a probe (got $got)" >&2; exit 1; }
+fi
 
 run() { # ADDR -> "rps p99us"
     local out
@@ -100,7 +121,14 @@ done
 roff="$(cut -d' ' -f1 "$tmp/off" | median)"; ron="$(cut -d' ' -f1 "$tmp/on" | median)"
 poff="$(cut -d' ' -f2 "$tmp/off" | median)"; pon="$(cut -d' ' -f2 "$tmp/on" | median)"
 echo
-printf '%-16s %10s %10s\n' "zgix admission" "req/s" "p99 us"
-printf '%-16s %10.0f %10.0f\n' off "$roff" "$poff"
-printf '%-16s %10.0f %10.0f\n' "on (all three)" "$ron" "$pon"
+if [ "$fleet" = 1 ]; then
+    printf '%-16s %10s %10s\n' "zgix rate scope" "req/s" "p99 us"
+    printf '%-16s %10.0f %10.0f\n' box "$roff" "$poff"
+    printf '%-16s %10.0f %10.0f\n' fleet "$ron" "$pon"
+    echo "redis keys the fleet instance wrote: $(redis-cli -p "$rport" dbsize)"
+else
+    printf '%-16s %10s %10s\n' "zgix admission" "req/s" "p99 us"
+    printf '%-16s %10.0f %10.0f\n' off "$roff" "$poff"
+    printf '%-16s %10.0f %10.0f\n' "on (all three)" "$ron" "$pon"
+fi
 awk -v a="$roff" -v b="$ron" 'BEGIN {printf "throughput cost of the controls: %.1f%% (on/off = %.3f)\n", (a - b) / a * 100, b / a}'

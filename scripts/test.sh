@@ -7,6 +7,7 @@
 #   /usr/bin/promtool  (Debian package prometheus)  lints /metrics
 #   kill(1)            (Debian package procps)       signals the zgix under test
 #   curl, openssl      (Debian packages curl, openssl) real TLS clients of the TLS tests
+#   redis-server       (Debian package redis-server) the fleet tests' shared Redis
 # As root, missing ones are installed with apt-get; otherwise the script stops
 # and names the packages to install.
 set -euo pipefail
@@ -17,6 +18,7 @@ missing=()
 { [ -x /bin/kill ] || [ -x /usr/bin/kill ]; } || missing+=(procps)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/test.sh: installing ${missing[*]}"

@@ -101,23 +101,32 @@ impl ConnTable {
 
     /// Count one more connection for `id` if it holds fewer than `max`.
     pub fn acquire(self: &Arc<Self>, id: ClientId, max: u32) -> ConnDecision {
+        self.acquire_probed(id, max).0
+    }
+
+    /// [`ConnTable::acquire`], with the slots probed past the identity's home to find
+    /// or claim its slot (0..=7; [`crate::PROBE_DEPTH_FULL`] when none was found): the
+    /// occupancy histogram's input.
+    pub fn acquire_probed(self: &Arc<Self>, id: ClientId, max: u32) -> (ConnDecision, u8) {
+        const FULL: u8 = crate::PROBE_DEPTH_FULL;
         if max == 0 {
-            return ConnDecision::Limited;
+            return (ConnDecision::Limited, 0);
         }
         let place = self.geo.place(id);
+        let depth = |idx: usize| ((idx.wrapping_sub(place.home)) & self.geo.mask) as u8;
         let free = |_: &ConnSlot, ctl: u64| count_of(ctl) == 0;
         for _ in 0..slot_table::MAX_ATTEMPTS {
             match slot_table::locate(&self.geo, &self.slots, place, id, free) {
-                Located::Full => return ConnDecision::TableFull,
+                Located::Full => return (ConnDecision::TableFull, FULL),
                 Located::Claimed { idx, prev } => {
                     slot_table::publish(&self.slots[idx], prev, 1);
-                    return self.admitted(idx);
+                    return (self.admitted(idx), depth(idx));
                 }
                 Located::Existing { idx, mut ctl } => {
                     let owner = ctl >> GEN_SHIFT;
                     loop {
                         if count_of(ctl) >= max {
-                            return ConnDecision::Limited;
+                            return (ConnDecision::Limited, depth(idx));
                         }
                         match self.slots[idx].ctl.compare_exchange(
                             ctl,
@@ -125,7 +134,7 @@ impl ConnTable {
                             Ordering::AcqRel,
                             Ordering::SeqCst,
                         ) {
-                            Ok(_) => return self.admitted(idx),
+                            Ok(_) => return (self.admitted(idx), depth(idx)),
                             Err(cur) if cur >> GEN_SHIFT == owner => ctl = cur,
                             Err(_) => break, // re-keyed: probe again
                         }
@@ -133,7 +142,7 @@ impl ConnTable {
                 }
             }
         }
-        ConnDecision::TableFull
+        (ConnDecision::TableFull, FULL)
     }
 
     #[inline]

@@ -14,6 +14,21 @@ const SOURCE_IP_KEYS: [u64; 4] = [
     0x082e_fa98_ec4e_6c89,
 ];
 
+/// Fixed keys for [`ClientId::from_key`]: every shard and every process of a fleet must
+/// map one API key to the same identity (the fleet sync names keys by it).
+const KEY_KEYS: [u64; 4] = [
+    0xbe54_66cf_34e9_0c6c, // further fractional digits of pi
+    0xc0ac_29b7_c97c_50dd,
+    0x3f84_d5b5_b547_0917,
+    0x9216_d5d9_8979_fb1b,
+];
+
+/// Bit 127 marks a hashed key: no IPv4 identity has it (their top 80 bits are zero), and
+/// a key's low 64 bits are never zero, so no IPv6 /64 (low 64 bits zero) equals one.
+const KEY_TAG: u128 = 1 << 127;
+/// Bit 126 is always clear in a key, so a key is never the all-ones empty marker.
+const KEY_CLEAR: u128 = 1 << 126;
+
 /// The high 96 bits of an IPv4 identity: the `::ffff:0:0/96` mapped prefix.
 const V4_TAG: u128 = 0xffff_u128 << 32;
 
@@ -43,6 +58,38 @@ impl ClientId {
     #[inline]
     fn from_v4(v4: Ipv4Addr) -> Self {
         ClientId(V4_TAG | u128::from(u32::from(v4)))
+    }
+
+    /// The identity of a request keyed by a header field's value (`"key": {"header":
+    /// ...}`): the value hashed with fixed keys into the same 128-bit space, disjoint from
+    /// every address identity. Allocation-free.
+    #[inline]
+    pub fn from_key(value: &[u8]) -> Self {
+        let [k0, k1, k2, k3] = KEY_KEYS;
+        let hi = ahash::RandomState::with_seeds(k0, k1, k2, k3).hash_one(value);
+        let lo = ahash::RandomState::with_seeds(k3, k2, k1, k0).hash_one(value);
+        let bits = (u128::from(hi) << 64 | u128::from(lo | 1)) & !KEY_CLEAR;
+        ClientId(bits | KEY_TAG)
+    }
+
+    /// True for an identity made by [`ClientId::from_key`].
+    #[inline]
+    pub fn is_key(&self) -> bool {
+        self.0 & KEY_TAG != 0 && self.0 as u64 != 0
+    }
+
+    /// The raw 128 bits, stable across processes for keys and addresses (names the
+    /// identity outside the process, e.g. in a fleet counter's key).
+    #[inline]
+    pub fn to_bits(self) -> u128 {
+        self.0
+    }
+
+    /// The identity whose [`ClientId::to_bits`] is `bits` (the fleet sync reads keys
+    /// back from the table with it).
+    #[inline]
+    pub fn from_bits(bits: u128) -> Self {
+        ClientId(bits)
     }
 
     /// A representative address: the IPv4 address, or the /64 network address.
@@ -86,8 +133,11 @@ impl From<IpAddr> for ClientId {
 }
 
 impl fmt::Display for ClientId {
-    /// `192.0.2.7` or `2001:db8::/64`.
+    /// `192.0.2.7`, `2001:db8::/64`, or `key:<32 hex digits>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_key() {
+            return write!(f, "key:{:032x}", self.0);
+        }
         match self.ip() {
             IpAddr::V4(v4) => write!(f, "{v4}"),
             IpAddr::V6(v6) => write!(f, "{v6}/64"),
@@ -152,6 +202,22 @@ mod tests {
         ] {
             assert_ne!(id(s).bits(), u128::MAX, "{s}");
         }
+    }
+
+    #[test]
+    fn keys_never_equal_an_address_or_the_empty_marker() {
+        let k = ClientId::from_key(b"alice-key");
+        assert_eq!(k, ClientId::from_key(b"alice-key"));
+        assert_ne!(k, ClientId::from_key(b"bob-key"));
+        assert!(k.is_key() && !k.is_v4());
+        assert_ne!(k.bits(), u128::MAX);
+        assert_eq!(k.bits() >> 126, 0b10, "tag set, bit 126 clear");
+        assert_ne!(k.bits() as u64, 0, "a /64 has zero low bits, a key never");
+        for s in ["0.0.0.0", "255.255.255.255", "::", "ffff:ffff:ffff:ffff::"] {
+            assert!(!id(s).is_key(), "{s}");
+        }
+        assert!(ClientId::from_key(b"").is_key());
+        assert!(k.to_string().starts_with("key:"));
     }
 
     #[test]

@@ -23,6 +23,6 @@ mod waf;
 pub use clock::{monotonic_now_ns, monotonic_ns_at};
 pub use conn_table::{ConnDecision, ConnDecisionKind, ConnGuard, ConnTable};
 pub use identity::ClientId;
-pub use rate_table::RateTable;
+pub use rate_table::{Overflow, RateCheck, RateTable, Spent, PROBE_DEPTH_FULL};
 pub use token_bucket::{RateDecision, RateParams, TokenBucket, MAX_BURST, MICROTOKENS_PER_TOKEN};
 pub use waf::{MemchrMatcher, WafMatcher};

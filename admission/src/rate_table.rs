@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::slot_table::{self, Geometry, KeyCell, Located, Slot, BUSY, EMPTY_KEY};
 use crate::sync::{AtomicU64, Ordering};
-use crate::token_bucket::{Rate, RateDecision, RateParams, TOKEN_MAX};
+use crate::token_bucket::{Rate, RateDecision, RateParams, MICROTOKENS_PER_TOKEN, TOKEN_MAX};
 use crate::ClientId;
 
 /// Control word: bit 63 `BUSY`, bits 50..63 a 13-bit generation, bits 0..50 the tokens
@@ -42,7 +42,15 @@ struct RateSlot {
     /// listener still considers live.
     full_at: AtomicU64,
     key: KeyCell,
+    /// Tokens taken for fleet-scoped listeners since the fleet sync last drained the
+    /// slot, and (`FLEET_TAG_SHIFT` up) the tag of the last such listener. Written on
+    /// the line the take already owns, so it costs no extra cache-line transfer.
+    spent: AtomicU64,
 }
+
+/// `RateSlot::spent`: the low 40 bits count tokens, the high 24 the listener tag.
+const FLEET_TAG_SHIFT: u32 = 40;
+const FLEET_COUNT_MASK: u64 = (1 << FLEET_TAG_SHIFT) - 1;
 
 impl Slot for RateSlot {
     const GEN_SHIFT: u32 = GEN_SHIFT;
@@ -67,6 +75,80 @@ impl Slot for RateSlot {
 pub struct RateTable {
     slots: Box<[RateSlot]>,
     geo: Geometry,
+    /// The one bucket every identity that finds no slot shares under
+    /// [`Overflow::Shared`]. Its key never changes (generation 0 forever), so `take`
+    /// never sees it change owner; it starts at `TOKEN_MAX`, which the first check
+    /// clamps to that listener's burst.
+    overflow: RateSlot,
+}
+
+/// What a rate check does for an identity that finds no slot within its probe window
+/// (`limits.rate_limit_overflow`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Overflow {
+    /// Admit it (and let the caller count `TableFull`): today's rule, a full table is
+    /// never an outage.
+    #[default]
+    FailOpen,
+    /// Take from one bucket all such identities share, with the listener's rate: a
+    /// client rotating through millions of /64s to fill the table gets, in total, one
+    /// client's rate instead of unlimited requests.
+    Shared,
+}
+
+/// A rate check with what the occupancy metrics need.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RateCheck {
+    /// `TableFull` only under [`Overflow::FailOpen`].
+    pub decision: RateDecision,
+    /// Slots past the identity's home that were probed to find or claim its bucket
+    /// (0..=7), or [`PROBE_DEPTH_FULL`] when none was found.
+    pub depth: u8,
+    /// The identity found no slot; under [`Overflow::Shared`] `decision` came from the
+    /// shared bucket.
+    pub overflowed: bool,
+    /// Whole tokens left in the bucket that answered after this check (the shared
+    /// bucket's when `overflowed`; 0 for `TableFull`).
+    pub remaining: u64,
+    /// Seconds (rounded up) until that bucket gains its next whole token; 0 when it is
+    /// full. For a `Limited` check this is the `Retry-After` value.
+    pub next_token_secs: u64,
+}
+
+impl RateCheck {
+    fn new(decision: RateDecision, depth: u8, overflowed: bool, left: u64, rate: &Rate) -> Self {
+        let (remaining, next_token_secs) = match decision {
+            RateDecision::TableFull => (0, 0),
+            _ if left >= rate.cap => (left / MICROTOKENS_PER_TOKEN, 0),
+            _ => (
+                left / MICROTOKENS_PER_TOKEN,
+                rate.retry_after_secs(left % MICROTOKENS_PER_TOKEN),
+            ),
+        };
+        RateCheck {
+            decision,
+            depth,
+            overflowed,
+            remaining,
+            next_token_secs,
+        }
+    }
+}
+
+/// `RateCheck::depth` of an identity that found no slot: one past the deepest probe.
+pub const PROBE_DEPTH_FULL: u8 = slot_table::PROBES as u8;
+
+/// A token taken by an allowed check, to give back with [`RateTable::refund_spent`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Spent {
+    /// The identity (address or hashed key) whose bucket paid.
+    pub id: ClientId,
+    pub params: RateParams,
+    /// Paid by the shared overflow bucket.
+    pub shared: bool,
+    /// Counted for the fleet sync ([`RateTable::check_fleet`]): a refund takes it
+    /// back from the count the sync has not drained yet.
+    pub fleet: bool,
 }
 
 impl RateTable {
@@ -79,38 +161,269 @@ impl RateTable {
                 stamp: AtomicU64::new(0),
                 full_at: AtomicU64::new(0),
                 key: KeyCell::empty(),
+                spent: AtomicU64::new(0),
             })
             .collect();
-        RateTable { slots, geo }
+        let overflow = RateSlot {
+            ctl: AtomicU64::new(TOKEN_MAX),
+            stamp: AtomicU64::new(0),
+            full_at: AtomicU64::new(0),
+            key: KeyCell::empty(),
+            spent: AtomicU64::new(0),
+        };
+        RateTable {
+            slots,
+            geo,
+            overflow,
+        }
+    }
+
+    /// [`RateTable::check`] with the table's overflow rule, reporting the probe depth
+    /// and whether the identity overflowed. Same bounds: at most 8 slots probed, then
+    /// (under `Shared`) one more bucket; no allocation, no lock.
+    pub fn check_with(
+        &self,
+        id: ClientId,
+        p: RateParams,
+        now_ns: u64,
+        overflow: Overflow,
+    ) -> RateCheck {
+        self.check_inner(id, p, now_ns, overflow, None)
+    }
+
+    fn check_inner(
+        &self,
+        id: ClientId,
+        p: RateParams,
+        now_ns: u64,
+        overflow: Overflow,
+        tag: Option<u32>,
+    ) -> RateCheck {
+        let rate = Rate::new(p);
+        let (decision, depth, left) = self.check_depth(id, &rate, now_ns, tag);
+        if decision != RateDecision::TableFull {
+            return RateCheck::new(decision, depth, false, left, &rate);
+        }
+        let (decision, left) = match overflow {
+            Overflow::FailOpen => (RateDecision::TableFull, 0),
+            Overflow::Shared => {
+                let ctl = self.overflow.ctl.load(Ordering::SeqCst);
+                // The overflow slot never changes owner, so `take` always settles.
+                take(&self.overflow, ctl, &rate, now_ns).unwrap_or((RateDecision::TableFull, 0))
+            }
+        };
+        RateCheck::new(decision, PROBE_DEPTH_FULL, true, left, &rate)
+    }
+
+    /// [`RateTable::check_with`] for a fleet-scoped listener: a token taken from the
+    /// identity's own bucket is also counted for the fleet sync under `tag` (the
+    /// listener's index, below 2^24), which [`RateTable::drain_spent`] collects. The
+    /// shared overflow bucket is not synced (it has no identity to name).
+    pub fn check_fleet(
+        &self,
+        id: ClientId,
+        p: RateParams,
+        now_ns: u64,
+        overflow: Overflow,
+        tag: u32,
+    ) -> RateCheck {
+        self.check_inner(id, p, now_ns, overflow, Some(tag))
+    }
+
+    /// Takes one token back from `id`'s undrained fleet count (a refund); nothing
+    /// when the sync drained it already (the fleet then counts one token too many,
+    /// never one too few).
+    fn uncount_spent(&self, id: ClientId) {
+        let Some((idx, _)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
+        else {
+            return;
+        };
+        let spent = &self.slots[idx].spent;
+        let mut cur = spent.load(Ordering::Relaxed);
+        while cur & FLEET_COUNT_MASK > 0 {
+            match spent.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Collects what fleet-scoped checks took since the last call: `f(id, tag,
+    /// tokens)` for every slot that took any. Scans the table; for the fleet sync
+    /// thread, never the request path. A slot recycled between a take and the drain
+    /// (its bucket had refilled) hands its count to the new owner's first drain at
+    /// worst, a one-token error.
+    pub fn drain_spent(&self, mut f: impl FnMut(ClientId, u32, u64)) {
+        for s in self.slots.iter() {
+            if s.spent.load(Ordering::Relaxed) & FLEET_COUNT_MASK == 0 {
+                continue;
+            }
+            let w = s.ctl.load(Ordering::SeqCst);
+            let key = s.key.load();
+            let w2 = s.ctl.load(Ordering::SeqCst);
+            if w & BUSY != 0
+                || w2 & BUSY != 0
+                || w >> GEN_SHIFT != w2 >> GEN_SHIFT
+                || key == EMPTY_KEY
+            {
+                continue;
+            }
+            let v = s.spent.swap(0, Ordering::AcqRel);
+            let n = v & FLEET_COUNT_MASK;
+            if n > 0 {
+                f(ClientId::from_bits(key), (v >> FLEET_TAG_SHIFT) as u32, n);
+            }
+        }
+    }
+
+    /// Takes `tokens` tokens from `id`'s bucket for what other boxes of the fleet
+    /// spent: first the whole tokens it holds, then the refill it has not earned yet,
+    /// by moving its clock forward (a bucket clock in the future earns nothing until
+    /// the time comes, so a client spending on every box at once finds this box's
+    /// bucket empty for as long as the others' spending is worth). The clock moves at
+    /// most one window (or one full refill, if longer) past `now_ns`, so no debt locks
+    /// a client out for longer.
+    /// Returns the tokens taken (0 when `id` holds no bucket here). Lock-free.
+    pub fn debit(&self, id: ClientId, p: RateParams, tokens: u64, now_ns: u64) -> u64 {
+        let rate = Rate::new(p);
+        let Some((idx, mut ctl)) = slot_table::find(&self.geo, &self.slots, self.geo.place(id), id)
+        else {
+            return 0;
+        };
+        let slot = &self.slots[idx];
+        let owner = ctl >> GEN_SHIFT;
+        let mut took = 0;
+        loop {
+            let take = (self::tokens(ctl) / MICROTOKENS_PER_TOKEN).min(tokens);
+            if take == 0 {
+                break;
+            }
+            let left = self::tokens(ctl) - take * MICROTOKENS_PER_TOKEN;
+            match slot.ctl.compare_exchange(
+                ctl,
+                with_tokens(ctl, left),
+                Ordering::AcqRel,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    took = take;
+                    break;
+                }
+                Err(cur) if cur >> GEN_SHIFT == owner => ctl = cur,
+                Err(_) => return 0,
+            }
+        }
+        let rest = tokens - took;
+        if rest == 0 {
+            return took;
+        }
+        let window_ns = p.window_ms.max(1).saturating_mul(1_000_000);
+        let horizon = now_ns.saturating_add(rate.ns_for(rate.cap).max(window_ns));
+        let per = rate.ns_for(rest.saturating_mul(MICROTOKENS_PER_TOKEN));
+        loop {
+            let s = slot.stamp.load(Ordering::Acquire);
+            let new = s.saturating_add(per).min(horizon.max(s));
+            if new == s || slot.ctl.load(Ordering::SeqCst) >> GEN_SHIFT != owner {
+                return took;
+            }
+            if slot
+                .stamp
+                .compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Not recyclable before it has refilled from the new clock.
+                slot.full_at
+                    .fetch_max(rate.full_at(0, new), Ordering::AcqRel);
+                let moved = new - s;
+                return took
+                    + if moved >= per {
+                        rest
+                    } else {
+                        (moved / rate.ns_for(MICROTOKENS_PER_TOKEN).max(1)).min(rest)
+                    };
+            }
+        }
+    }
+
+    /// Gives back a token an allowed [`RateTable::check_with`] took: from the
+    /// identity's bucket, or from the shared overflow bucket. Same rules as
+    /// [`RateTable::refund`].
+    pub fn refund_spent(&self, s: Spent) -> bool {
+        if !s.shared {
+            if s.fleet {
+                self.uncount_spent(s.id);
+            }
+            return self.refund(s.id, s.params);
+        }
+        let cap = Rate::new(s.params).cap;
+        let mut ctl = self.overflow.ctl.load(Ordering::SeqCst);
+        loop {
+            let left = tokens(ctl).min(cap);
+            if left >= cap {
+                return false;
+            }
+            let back = (left + crate::token_bucket::MICROTOKENS_PER_TOKEN).min(cap);
+            match self.overflow.ctl.compare_exchange(
+                ctl,
+                with_tokens(ctl, back),
+                Ordering::AcqRel,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(cur) => ctl = cur,
+            }
+        }
     }
 
     /// Take one token from `id`'s bucket at `now_ns` (a monotonic clock; it may stall or
     /// step back between callers without harm).
     pub fn check(&self, id: ClientId, p: RateParams, now_ns: u64) -> RateDecision {
-        let rate = Rate::new(p);
+        self.check_depth(id, &Rate::new(p), now_ns, None).0
+    }
+
+    /// The decision, the probe depth and the microtokens left in the bucket.
+    ///
+    /// With a fleet `tag`, a token taken is also counted in the slot's `spent` for the
+    /// fleet sync: on the line the take just wrote, so no extra cache-line transfer.
+    fn check_depth(
+        &self,
+        id: ClientId,
+        rate: &Rate,
+        now_ns: u64,
+        tag: Option<u32>,
+    ) -> (RateDecision, u8, u64) {
+        let rate = *rate;
+        let tagged = tag.map(|t| u64::from(t & 0xff_ffff) << FLEET_TAG_SHIFT);
         let place = self.geo.place(id);
+        let depth = |idx: usize| ((idx.wrapping_sub(place.home)) & self.geo.mask) as u8;
         for _ in 0..slot_table::MAX_ATTEMPTS {
             let free = |s: &RateSlot, ctl: u64| is_stale(s, ctl, &rate, now_ns);
             match slot_table::locate(&self.geo, &self.slots, place, id, free) {
-                Located::Full => return RateDecision::TableFull,
+                Located::Full => return (RateDecision::TableFull, PROBE_DEPTH_FULL, 0),
                 Located::Claimed { idx, prev } => {
                     let slot = &self.slots[idx];
                     // A new bucket starts full and pays for this request at once.
                     let left = rate.cap - crate::token_bucket::MICROTOKENS_PER_TOKEN;
                     slot.stamp.store(now_ns, Ordering::Relaxed);
+                    // Nothing the previous owner spent is this one's.
+                    slot.spent
+                        .store(tagged.map_or(0, |t| t | 1), Ordering::Relaxed);
                     slot.full_at
                         .store(rate.full_at(left, now_ns), Ordering::Relaxed);
                     slot_table::publish(slot, prev, left);
-                    return RateDecision::Allowed;
+                    return (RateDecision::Allowed, depth(idx), left);
                 }
                 Located::Existing { idx, ctl } => {
-                    if let Some(d) = take(&self.slots[idx], ctl, &rate, now_ns) {
-                        return d;
+                    if let Some((d, left)) = take(&self.slots[idx], ctl, &rate, now_ns) {
+                        if let (Some(t), RateDecision::Allowed) = (tagged, d) {
+                            count_spent(&self.slots[idx], t);
+                        }
+                        return (d, depth(idx), left);
                     }
                 }
             }
         }
-        RateDecision::TableFull
+        (RateDecision::TableFull, PROBE_DEPTH_FULL, 0)
     }
 
     /// Gives back the token a request took, for a request refused after its rate check
@@ -196,6 +509,22 @@ impl fmt::Debug for RateTable {
     }
 }
 
+/// One more token spent for the fleet in `slot`, under the tag bits `tagged`: one
+/// CAS loop on the client's own line (the count saturates at 2^40 - 1).
+fn count_spent(slot: &RateSlot, tagged: u64) {
+    let mut cur = slot.spent.load(Ordering::Relaxed);
+    loop {
+        let next = tagged | ((cur & FLEET_COUNT_MASK) + 1).min(FLEET_COUNT_MASK);
+        match slot
+            .spent
+            .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return,
+            Err(v) => cur = v,
+        }
+    }
+}
+
 /// May a slot holding another identity's bucket be recycled for a newcomer? Only once
 /// the bucket is full both by this listener's parameters and by its own `full_at`.
 fn is_stale(s: &RateSlot, ctl: u64, rate: &Rate, now: u64) -> bool {
@@ -205,7 +534,7 @@ fn is_stale(s: &RateSlot, ctl: u64, rate: &Rate, now: u64) -> bool {
 
 /// Refill and take from the bucket in `slot`, whose owner (ours) was seen in `ctl`.
 /// `None` when the slot changed owner meanwhile: the caller probes again.
-fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDecision> {
+fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<(RateDecision, u64)> {
     let owner = ctl >> GEN_SHIFT;
     loop {
         // Claim the refill for [stamp, new_stamp) first; a lost CAS means another thread
@@ -229,7 +558,7 @@ fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDeci
         loop {
             let (left, decision) = rate.settle(tokens(ctl), grant);
             if left == tokens(ctl) {
-                return Some(decision);
+                return Some((decision, left));
             }
             match slot.ctl.compare_exchange(
                 ctl,
@@ -242,7 +571,7 @@ fn take(slot: &RateSlot, mut ctl: u64, rate: &Rate, now: u64) -> Option<RateDeci
                         slot.full_at
                             .fetch_max(rate.full_at(left, now), Ordering::AcqRel);
                     }
-                    return Some(decision);
+                    return Some((decision, left));
                 }
                 Err(cur) => {
                     if cur >> GEN_SHIFT != owner {
@@ -359,6 +688,171 @@ mod tests {
             assert_eq!(t.check(*id, q, 0), Allowed);
             assert!(matches!(t.check(*id, q, 0), Limited { .. }));
         }
+    }
+
+    #[test]
+    fn depth_counts_slots_past_home() {
+        let t = RateTable::new(256);
+        let ids = same_home(&t, 40, 9);
+        let q = p(1, 1000, 2);
+        for (i, id) in ids[..8].iter().enumerate() {
+            let c = t.check_with(*id, q, 0, Overflow::FailOpen);
+            assert_eq!(
+                (c.decision, c.depth, c.overflowed),
+                (Allowed, i as u8, false)
+            );
+        }
+        // An existing bucket reports where it was found.
+        assert_eq!(t.check_with(ids[5], q, 0, Overflow::FailOpen).depth, 5);
+        // Burst 2 at 1/s: the second take leaves 0 and a token 1 s away.
+        let c = t.check_with(ids[6], q, 0, Overflow::FailOpen);
+        assert_eq!((c.remaining, c.next_token_secs), (0, 1));
+        let c = t.check_with(ids[8], q, 0, Overflow::FailOpen);
+        assert_eq!(
+            (c.decision, c.depth, c.overflowed),
+            (TableFull, PROBE_DEPTH_FULL, true)
+        );
+    }
+
+    #[test]
+    fn shared_overflow_bucket_holds_every_homeless_identity_to_one_rate() {
+        let t = RateTable::new(8); // one window: 8 identities fill it
+        let q = p(10, 1000, 5);
+        // Fillers on a slow listener: their buckets stay live for a second.
+        for i in 0..8 {
+            assert_eq!(t.check(v4(i), p(1, 1000, 5), 0), Allowed);
+        }
+        // 1000 more identities, each new: together they get the burst of one bucket.
+        let allowed = (1000..2000)
+            .filter(|&i| {
+                let c = t.check_with(v4(i), q, 0, Overflow::Shared);
+                assert!(c.overflowed);
+                c.decision == Allowed
+            })
+            .count();
+        assert_eq!(allowed, 5);
+        assert!(matches!(
+            t.check_with(v4(5000), q, 0, Overflow::Shared).decision,
+            Limited {
+                retry_after_secs: 1
+            }
+        ));
+        // ... and refill at the listener's rate: 10/s, so one more after 100 ms.
+        assert_eq!(
+            t.check_with(v4(5001), q, 100 * MS, Overflow::Shared)
+                .decision,
+            Allowed
+        );
+        assert!(matches!(
+            t.check_with(v4(5002), q, 100 * MS, Overflow::Shared)
+                .decision,
+            Limited { .. }
+        ));
+        // Fail-open admits the same identities.
+        assert_eq!(
+            t.check_with(v4(5003), q, 100 * MS, Overflow::FailOpen)
+                .decision,
+            TableFull
+        );
+        // A refund goes back to the shared bucket.
+        let s = Spent {
+            id: v4(5001),
+            params: q,
+            shared: true,
+            fleet: false,
+        };
+        assert!(t.refund_spent(s));
+        assert_eq!(
+            t.check_with(v4(5004), q, 100 * MS, Overflow::Shared)
+                .decision,
+            Allowed
+        );
+    }
+
+    #[test]
+    fn remaining_and_next_token_follow_the_bucket() {
+        let t = RateTable::new(64);
+        let q = p(1, 10_000, 3); // a token every 10 s
+        let c = t.check_with(v4(1), q, 0, Overflow::FailOpen);
+        assert_eq!((c.remaining, c.next_token_secs), (2, 10));
+        let c = t.check_with(v4(1), q, 4000 * MS, Overflow::FailOpen);
+        // 2 + 0.4 - 1 = 1.4 tokens: one whole, the next in 6 s.
+        assert_eq!((c.remaining, c.next_token_secs), (1, 6));
+        t.check(v4(1), q, 4000 * MS);
+        let c = t.check_with(v4(1), q, 4000 * MS, Overflow::FailOpen);
+        assert_eq!(
+            c.decision,
+            Limited {
+                retry_after_secs: 6
+            }
+        );
+        assert_eq!((c.remaining, c.next_token_secs), (0, 6));
+    }
+
+    #[test]
+    fn fleet_checks_are_drained_by_identity_and_tag_and_debits_take_tokens() {
+        let t = RateTable::new(64);
+        let q = p(1, 1000, 10);
+        for _ in 0..3 {
+            t.check_fleet(v4(1), q, 0, Overflow::FailOpen, 7);
+        }
+        t.check_fleet(v6(2), q, 0, Overflow::FailOpen, 9);
+        t.check(v4(3), q, 0); // box scope: not synced
+        let mut got = Vec::new();
+        t.drain_spent(|id, tag, n| got.push((id, tag, n)));
+        got.sort_by_key(|g| g.2);
+        assert_eq!(got, [(v6(2), 9, 1), (v4(1), 7, 3)]);
+        let mut again = 0;
+        t.drain_spent(|_, _, _| again += 1);
+        assert_eq!(again, 0, "drained once");
+        // A refunded fleet token is taken back from the undrained count.
+        t.check_fleet(v4(1), q, 0, Overflow::FailOpen, 7);
+        t.check_fleet(v4(1), q, 0, Overflow::FailOpen, 7);
+        let s = Spent {
+            id: v4(1),
+            params: q,
+            shared: false,
+            fleet: true,
+        };
+        assert!(t.refund_spent(s));
+        let mut n = 0;
+        t.drain_spent(|_, _, k| n += k);
+        assert_eq!(n, 1);
+        assert!(t.refund_spent(s), "the bucket still gets its token back");
+        // 7 tokens left: a debit of 5 takes 5 of them; the next of 5 the last 2 and
+        // 3 s of refill (1/s), so the bucket earns nothing until 3 s.
+        assert_eq!(t.debit(v4(1), q, 5, 0), 5);
+        assert_eq!(t.debit(v4(1), q, 5, 0), 5);
+        assert!(matches!(t.check(v4(1), q, 0), Limited { .. }));
+        assert!(matches!(t.check(v4(1), q, 2999 * MS), Limited { .. }));
+        assert_eq!(t.check(v4(1), q, 4000 * MS), Allowed);
+        // At most one full refill (10 s, longer than the 1 s window) ahead.
+        assert_eq!(t.debit(v4(1), q, 1000, 4000 * MS), 10);
+        assert!(matches!(t.check(v4(1), q, 14_999 * MS), Limited { .. }));
+        // ... or one window when that is longer: burst 1 at 1 per 5 s.
+        let w = p(1, 5000, 1);
+        assert_eq!(t.check(v4(7), w, 0), Allowed);
+        assert_eq!(t.debit(v4(7), w, 100, 0), 1);
+        assert!(matches!(t.check(v4(7), w, 9_999 * MS), Limited { .. }));
+        assert_eq!(t.debit(v4(99), q, 1, 0), 0, "no bucket here");
+    }
+
+    #[test]
+    fn hashed_keys_get_their_own_buckets() {
+        let t = RateTable::new(64);
+        let q = p(1, 1000, 1);
+        let a = ClientId::from_key(b"key-a");
+        assert_eq!(t.check(a, q, 0), Allowed);
+        assert!(matches!(t.check(a, q, 0), Limited { .. }));
+        assert_eq!(t.check(ClientId::from_key(b"key-b"), q, 0), Allowed);
+        assert_eq!(t.check(v4(1), q, 0), Allowed);
+        assert!(t.refund_spent(Spent {
+            id: a,
+            params: q,
+            shared: false,
+            fleet: false,
+        }));
+        assert_eq!(t.check(a, q, 0), Allowed);
     }
 
     #[test]

@@ -112,7 +112,7 @@ pub(crate) struct Geometry {
     /// Seeded from the OS at construction, unlike `source_ip_hash`: a client cannot
     /// choose addresses that pile into one probe window, since it cannot know the seed.
     hasher: ahash::RandomState,
-    mask: usize,
+    pub(crate) mask: usize,
 }
 
 /// Where an identity probes from, and its `BUSY` marker.

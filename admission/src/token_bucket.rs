@@ -25,7 +25,7 @@ const NS_PER_SEC: u128 = 1_000_000_000;
 ///
 /// The config validates all three as at least 1; the table clamps zeros to 1 (and
 /// `burst` to [`MAX_BURST`]) rather than divide by zero.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RateParams {
     pub requests: u64,
     pub window_ms: u64,
@@ -175,6 +175,12 @@ impl Rate {
         let missing = u128::from(MICROTOKENS_PER_TOKEN.saturating_sub(tokens));
         let ns = mul_div_ceil(missing, self.den, self.num);
         sat_u64(ns.div_ceil(NS_PER_SEC)).max(1)
+    }
+
+    /// Nanoseconds the bucket takes to earn `micro` microtokens (rounded up).
+    #[inline]
+    pub(crate) fn ns_for(&self, micro: u64) -> u64 {
+        sat_u64(mul_div_ceil(u128::from(micro), self.den, self.num))
     }
 
     /// When a bucket holding `tokens` at `now` will be full again, if nothing takes from it.

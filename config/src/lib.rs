@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admission;
 mod error;
 mod filter;
 mod io;
@@ -24,6 +25,7 @@ mod upstream;
 mod validate;
 mod via;
 
+pub use admission::*;
 pub use error::ConfigError;
 pub use filter::{
     Action, Allow, HeaderMatch, HeaderTest, Match, PathMatch, Redirect, Reject, RequestFilter,

@@ -193,6 +193,9 @@ pub struct Limits {
     /// Idle time after which an upgraded (`101`) tunnel is closed.
     #[serde(default = "d_tunnel_idle_timeout_ms")]
     pub tunnel_idle_timeout_ms: u64,
+    /// What an identity that finds no rate-table slot gets: `"fail_open"` or `"shared"`.
+    #[serde(default)]
+    pub rate_limit_overflow: crate::admission::RateLimitOverflow,
 }
 
 impl Limits {
@@ -248,6 +251,7 @@ impl Default for Limits {
             conn_limit_entries: DEFAULT_CONN_LIMIT_ENTRIES,
             max_connections: None,
             tunnel_idle_timeout_ms: DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
+            rate_limit_overflow: Default::default(),
         }
     }
 }

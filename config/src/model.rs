@@ -42,6 +42,10 @@ pub struct Config {
     /// `false` for none. Absent means [`DEFAULT_SERVER_HEADER`].
     #[serde(default)]
     pub server_header: Option<ServerHeader>,
+    /// The Redis a fleet of processes sums rate-limit spending through; needed by
+    /// `"scope": "fleet"`.
+    #[serde(default)]
+    pub fleet: Option<crate::admission::Fleet>,
 }
 
 /// The admin endpoint (metrics, health).
@@ -131,7 +135,7 @@ pub const MAX_RATE_LIMIT_WINDOW_MS: u64 = 86_400_000;
 
 /// Token bucket: `requests` tokens are refilled evenly over every `window_ms`,
 /// and the bucket holds at most `burst` tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Tokens added per window; 1..=[`MAX_RATE_LIMIT_TOKENS`].
@@ -140,6 +144,18 @@ pub struct RateLimit {
     pub window_ms: u64,
     /// Bucket capacity (and the starting fill); 1..=[`MAX_RATE_LIMIT_TOKENS`].
     pub burst: u64,
+    /// `"box"` (this process) or `"fleet"` (summed through `fleet.redis`).
+    #[serde(default)]
+    pub scope: crate::admission::RateScope,
+    /// `"address"` or `{"header": name}`.
+    #[serde(default)]
+    pub key: crate::admission::RateKey,
+    /// Count and log what would be refused, forward it anyway.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Response header fields telling the client its quota; `None` writes none.
+    #[serde(default)]
+    pub headers: Option<crate::admission::RateHeaders>,
 }
 
 /// Per-client cap on connections held at once.
@@ -148,6 +164,9 @@ pub struct RateLimit {
 pub struct ConnLimit {
     /// Connections one client identity may hold; at least 1.
     pub max: u32,
+    /// Count and log what would be refused, forward it anyway.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// Default WAF status: 403 Forbidden says "refused by policy" without implying
@@ -176,6 +195,9 @@ pub struct Waf {
     /// Status for a hit: 400, 403 (default), 404 or 429.
     #[serde(default = "default_waf_status")]
     pub status: u16,
+    /// Count and log a hit, forward the request anyway.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// An upstream cluster.

@@ -47,6 +47,7 @@ pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec
         v.err("via", rule);
     }
     v.observability();
+    v.fleet();
     if v.errors.is_empty() {
         Ok(())
     } else {
@@ -225,6 +226,7 @@ impl Validator<'_> {
             MAX_RATE_LIMIT_WINDOW_MS,
         );
         self.range(&format!("{path}.burst"), rl.burst, 1, MAX_RATE_LIMIT_TOKENS);
+        self.rate_limit_modes(path, rl);
     }
 
     fn waf(&mut self, path: &str, waf: &Waf) {
@@ -632,7 +634,7 @@ fn encoded_path_char(s: &str) -> Option<String> {
     })
 }
 
-fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
@@ -678,6 +680,7 @@ fn check_host(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+mod admission;
 mod cluster;
 mod observe;
 #[cfg(test)]

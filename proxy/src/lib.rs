@@ -18,6 +18,9 @@
 //! arrays of atomic slots, sized once at load, so a client's rate bucket and
 //! connection count are global while the hot path never allocates and never
 //! locks. Everything else shared ([`runtime::Runtime`]) is read-only after load.
+//! With `"scope": "fleet"` one more thread, off the shards ([`fleet`]), drains
+//! and debits the rate table through the same atomics; a shard never waits on it
+//! or on Redis.
 //!
 //! # Locked memory
 //!
@@ -34,6 +37,7 @@
 //! | floor | module | what |
 //! | --- | --- | --- |
 //! | 7 | [`process`] | the process and its shards: command line, start-up, signals, reload generations, the shard's executor and accept loops, the admin endpoint (with [`instance`], the control channel between two processes) |
+//! | 6 | [`fleet`] | the fleet sync thread: rate-limit spending summed over a fleet through Redis, debited into the rate table |
 //! | 6 | [`conn`] | the exchange: one client connection, its requests, the forwarding to an upstream and back, tunnels; the shard state a connection runs on |
 //! | 5 | [`runtime`] | the loaded configuration every shard reads: listeners, clusters, endpoints, timeouts, tables |
 //! | 4 | [`upstream`] | the upstreams: endpoint choice, keep-alive pools, health, address resolution, per-endpoint counters |
@@ -43,9 +47,10 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// The floors, bottom up: observe, io, http, upstream, runtime, conn, process
-// (with instance); each imports only from the floors below it.
+// The floors, bottom up: observe, io, http, upstream, runtime, conn and fleet,
+// process (with instance); each imports only from the floors below it.
 pub mod conn;
+pub mod fleet;
 pub mod http;
 pub mod instance;
 pub mod io;

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use zgix_admission::{ConnTable, RateParams, RateTable, WafMatcher};
+use zgix_admission::{ConnTable, Overflow, RateParams, RateTable, WafMatcher};
 use zgix_config::Config;
 
 use crate::http::filters::FiltersRt;
@@ -23,7 +23,10 @@ pub struct ListenerRt {
     pub cluster: usize,
     pub proxy_protocol: bool,
     pub rate_limit: Option<RateParams>,
+    /// The rate limit's modes (meaningful when `rate_limit` is set).
+    pub rate: RateModes,
     pub conn_limit: Option<u32>,
+    pub conn_dry_run: bool,
     pub waf: Option<WafRt>,
     pub clients: Option<ClientFilterRt>,
     pub filters: FiltersRt,
@@ -53,6 +56,22 @@ impl ClientFilterRt {
 pub struct WafRt {
     pub matcher: WafMatcher,
     pub status: u16,
+    /// Count and log a hit, forward anyway.
+    pub dry_run: bool,
+}
+
+/// A listener's rate-limit modes, resolved at load.
+#[derive(Default)]
+pub struct RateModes {
+    /// Count and log a refusal, forward anyway (tokens are spent all the same).
+    pub dry_run: bool,
+    /// `"key": {"header": name}`: the field name, compared ASCII case-insensitively.
+    pub key_header: Option<Box<[u8]>>,
+    /// `"headers": "draft-11"`: the start of the two fields (see
+    /// [`crate::http::ratelimit::prefix`]); `None` writes none.
+    pub headers: Option<Box<[u8]>>,
+    /// `"scope": "fleet"`.
+    pub fleet: bool,
 }
 
 /// Millisecond limits turned into durations once.
@@ -83,12 +102,35 @@ pub struct Runtime {
     /// (`rate_limit_entries`, `conn_limit_entries`) is unchanged.
     pub rate_table: Arc<RateTable>,
     pub conn_table: Arc<ConnTable>,
+    /// `limits.rate_limit_overflow`.
+    pub overflow: Overflow,
     pub metrics: Arc<Metrics>,
     /// `limits.max_connections`, or what the descriptor limit allows.
     pub max_connections: usize,
     /// The access log's rings and writer; started by `server::run`, shared
     /// with the next runtime by a reload that leaves `access_log` unchanged.
     pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
+}
+
+fn rate_modes(r: &zgix_config::RateLimit, name: &str) -> RateModes {
+    RateModes {
+        dry_run: r.dry_run,
+        key_header: match &r.key {
+            zgix_config::RateKey::Address => None,
+            zgix_config::RateKey::Header(h) => Some(h.as_bytes().into()),
+        },
+        headers: r.headers.map(|_| {
+            crate::http::ratelimit::prefix(
+                name,
+                RateParams {
+                    requests: r.requests,
+                    window_ms: r.window_ms,
+                    burst: r.burst,
+                },
+            )
+        }),
+        fleet: r.scope == zgix_config::RateScope::Fleet,
+    }
 }
 
 fn ms(v: u64) -> Duration {
@@ -145,9 +187,15 @@ impl Runtime {
             .enumerate()
             .map(|(index, lst)| {
                 let h = &lst.http;
+                let name = listener_names.next().unwrap_or_default();
                 ListenerRt {
                     index,
-                    name: listener_names.next().unwrap_or_default(),
+                    rate: h
+                        .rate_limit
+                        .as_ref()
+                        .map(|r| rate_modes(r, &name))
+                        .unwrap_or_default(),
+                    name,
                     access_log: lst.access_log && config.access_log.is_some(),
                     bind: lst.bind,
                     cluster: names
@@ -161,9 +209,11 @@ impl Runtime {
                         burst: r.burst,
                     }),
                     conn_limit: h.conn_limit.as_ref().map(|c| c.max),
+                    conn_dry_run: h.conn_limit.as_ref().is_some_and(|c| c.dry_run),
                     waf: h.waf.as_ref().map(|w| WafRt {
                         matcher: WafMatcher::new(&w.deny),
                         status: w.status,
+                        dry_run: w.dry_run,
                     }),
                     filters: FiltersRt::build(&h.request_filters, |name| {
                         names
@@ -216,9 +266,14 @@ impl Runtime {
             }
             _ => ConnTable::new(l.conn_limit_entries),
         };
+        let overflow = match l.rate_limit_overflow {
+            zgix_config::RateLimitOverflow::FailOpen => Overflow::FailOpen,
+            zgix_config::RateLimitOverflow::Shared => Overflow::Shared,
+        };
         Runtime {
             rate_table,
             conn_table,
+            overflow,
             listeners,
             up: Arc::new(up),
             timeouts,

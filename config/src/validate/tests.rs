@@ -135,9 +135,10 @@ fn unknown_fields_are_named_by_path() {
         ("/listeners/0/ssl", json!(true), "listeners[0].ssl: unknown field `ssl`, expected one of `bind`, `proxy_protocol`, `clients`, `tls`, `http`"),
         ("/listeners/0/clients/block", json!([]), "listeners[0].clients.block: unknown field `block`, expected `allow` or `deny`"),
         ("/listeners/0/http/extra", json!(1), "listeners[0].http.extra: unknown field `extra`, expected one of `cluster`, `rate_limit`, `conn_limit`, `waf`, `request_filters`"),
-        ("/listeners/0/http/rate_limit", json!({"requests": 1, "window_ms": 1, "burst": 1, "key": "ip"}), "listeners[0].http.rate_limit.key: unknown field `key`, expected one of `requests`, `window_ms`, `burst`"),
+        ("/listeners/0/http/rate_limit", json!({"requests": 1, "window_ms": 1, "burst": 1, "per": "ip"}), "listeners[0].http.rate_limit.per: unknown field `per`, expected one of `requests`, `window_ms`, `burst`, `scope`, `key`, `dry_run`, `headers`"),
+        ("/listeners/0/http/rate_limit", json!({"requests": 1, "window_ms": 1, "burst": 1, "key": "ip"}), "listeners[0].http.rate_limit.key: unknown variant `ip`, expected `address` or `header`"),
         ("/listeners/0/http/conn_limit", json!({"max": 1, "min": 0}), "listeners[0].http.conn_limit.min: unknown field `min`, expected `max`"),
-        ("/listeners/0/http/waf", json!({"deny": ["a"], "body": true}), "listeners[0].http.waf.body: unknown field `body`, expected `deny` or `status`"),
+        ("/listeners/0/http/waf", json!({"deny": ["a"], "body": true}), "listeners[0].http.waf.body: unknown field `body`, expected one of `deny`, `status`, `dry_run`"),
         ("/clusters/api/weight", json!(1), "clusters.api.weight: unknown field `weight`, expected one of `endpoints`, `lb`, `health`, `retries`, `resolve_ms`"),
         ("/limits/bogus", json!(1), "limits.bogus: unknown field `bogus`"),
         (F, json!([{"action": {"allow": {}}, "when": 1}]), "listeners[0].http.request_filters[0].when: unknown field `when`, expected one of `name`, `match`, `action`"),
@@ -721,6 +722,7 @@ fn every_problem_in_a_filter_list_is_reported() {
     );
 }
 
+mod admission;
 mod cluster;
 mod tls;
 mod top_level;

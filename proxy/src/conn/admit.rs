@@ -1,11 +1,11 @@
 //! Admission of a parsed request, in the specification's order (rate limit, connection limit, WAF), then request_filters and routing.
 
-use zgix_admission::{ConnDecision, RateDecision};
+use zgix_admission::{ClientId, ConnDecision, RateDecision, Spent};
 use zgix_parser::{BodyKind, Method, Version};
 
 use super::{Conn, Next};
 use crate::http::filters::Verdict;
-use crate::observe::decision::Decision;
+use crate::observe::decision::{Control, Decision};
 use crate::observe::metrics::Admission;
 
 impl Conn {
@@ -13,9 +13,25 @@ impl Conn {
     /// it took one (a 503 from the connection limit; a 413 once a chunked
     /// body outgrew `max_request_body`, whose size no check could know).
     pub(super) fn refund_token(&mut self) {
-        if let Some(p) = self.token.take() {
-            self.shard.rt.rate_table.refund(self.id, p);
+        if let Some(s) = self.token.take() {
+            self.shard.rt.rate_table.refund_spent(s);
         }
+    }
+
+    /// The identity the rate limit keys this request by: the hashed value of the
+    /// listener's key field when the request carries it (the first such field), else
+    /// the client's address identity.
+    fn rate_id(&self, key_header: Option<&[u8]>) -> ClientId {
+        let Some(name) = key_header else {
+            return self.id;
+        };
+        let x = self.x.as_ref().expect("a request state is held");
+        let base = &x.cbuf[x.cstart..x.cend];
+        x.req
+            .headers
+            .iter()
+            .find(|h| h.name.get(base).eq_ignore_ascii_case(name))
+            .map_or(self.id, |h| ClientId::from_key(h.value.get(base)))
     }
 
     /// One parsed request from admission to its last response byte, with
@@ -28,6 +44,9 @@ impl Conn {
         self.begin_record();
         let next = self.admit_and_route(t0).await;
         self.end_record(t0);
+        if let Some(x) = self.x.as_mut() {
+            x.rate_fields.clear();
+        }
         next
     }
 
@@ -42,13 +61,45 @@ impl Conn {
         let li = self.li;
         self.token = None;
 
+        // The first dry-run control that would have refused names the decision.
+        let mut dry: Option<Control> = None;
         if let Some(p) = lst.rate_limit {
-            match rt
-                .rate_table
-                .check(self.id, p, zgix_admission::monotonic_ns_at(t0))
-            {
-                RateDecision::Allowed => self.token = Some(p),
-                RateDecision::TableFull => c.admission(li, Admission::RateLimitFull),
+            let id = self.rate_id(lst.rate.key_header.as_deref());
+            let now = zgix_admission::monotonic_ns_at(t0);
+            let rc = if lst.rate.fleet {
+                rt.rate_table
+                    .check_fleet(id, p, now, rt.overflow, self.li as u32)
+            } else {
+                rt.rate_table.check_with(id, p, now, rt.overflow)
+            };
+            c.rate_probe(rc.depth);
+            if let Some(prefix) = &lst.rate.headers {
+                // An identity without a bucket of its own is told nothing about the
+                // shared one (other clients' spending): none left, a window away.
+                let (r, t) = if rc.overflowed {
+                    (0, p.window_ms.div_ceil(1000).max(1))
+                } else {
+                    (rc.remaining, rc.next_token_secs)
+                };
+                crate::http::ratelimit::write(&mut self.x().rate_fields, prefix, r, t);
+            }
+            if rc.overflowed {
+                c.admission(li, Admission::RateLimitFull);
+            }
+            match rc.decision {
+                RateDecision::Allowed => {
+                    self.token = Some(Spent {
+                        id,
+                        params: p,
+                        shared: rc.overflowed,
+                        fleet: lst.rate.fleet,
+                    })
+                }
+                RateDecision::TableFull => {}
+                RateDecision::Limited { .. } if lst.rate.dry_run => {
+                    c.dry_run(li, Control::RateLimit);
+                    dry = dry.or(Some(Control::RateLimit));
+                }
                 RateDecision::Limited { retry_after_secs } => {
                     c.admission(li, Admission::RateLimited);
                     self.x().rec.decision = Decision::RateLimited;
@@ -59,13 +110,21 @@ impl Conn {
         }
         if let Some(max) = lst.conn_limit {
             if !self.conn_checked {
-                match rt.conn_table.acquire(self.id, max) {
+                let (decision, depth) = rt.conn_table.acquire_probed(self.id, max);
+                c.conn_probe(depth);
+                match decision {
                     ConnDecision::Admitted(g) => {
                         self.conn_slot = Some(g);
                         self.conn_checked = true;
                     }
                     ConnDecision::TableFull => {
                         c.admission(li, Admission::ConnLimitFull);
+                        self.conn_checked = true;
+                    }
+                    ConnDecision::Limited if lst.conn_dry_run => {
+                        // Counted once per connection, as enforcing would refuse it once.
+                        c.dry_run(li, Control::ConnLimit);
+                        dry = dry.or(Some(Control::ConnLimit));
                         self.conn_checked = true;
                     }
                     ConnDecision::Limited => {
@@ -91,12 +150,18 @@ impl Conn {
                 || req.query.is_some_and(|q| m.is_match(q.get(base)))
                 || req.authority.is_some_and(|a| m.is_match(a.get(base)))
                 || req.headers.iter().any(|h| m.is_match(h.value.get(base)));
-            if hit {
+            if hit && waf.dry_run {
+                c.dry_run(li, Control::Waf);
+                dry = dry.or(Some(Control::Waf));
+            } else if hit {
                 c.admission(li, Admission::WafBlocked);
                 self.x().rec.decision = Decision::Waf;
                 self.refuse(waf.status, None).await;
                 return Next::Close;
             }
+        }
+        if let Some(d) = dry {
+            self.x().rec.decision = Decision::DryRun(d);
         }
 
         let mut cluster = lst.cluster;
@@ -127,6 +192,7 @@ impl Conn {
                     x.rec.decision = Decision::Filter(rule);
                     x.rec.status = status;
                     let x = self.x.as_mut().expect("a request state is held");
+                    crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
                     if self.client.write_all(&x.out).await.is_err() || !keep {
                         return Next::Close;
                     }

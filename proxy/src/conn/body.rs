@@ -158,6 +158,8 @@ pub(super) struct Download<'a> {
     pub via: Option<&'a [u8]>,
     /// When the final (or 101) response head was parsed.
     pub head_seen: &'a std::cell::Cell<Option<std::time::Instant>>,
+    /// The RateLimit fields to add to the final head (empty for none).
+    pub rate_fields: &'a [u8],
 }
 
 impl Download<'_> {
@@ -306,6 +308,7 @@ impl Download<'_> {
                 (self.filtered && self.walk.edits_response).then_some((filters, self.walk)),
                 self.via,
             );
+            crate::http::ratelimit::insert(self.out, self.rate_fields);
         }
         let mut pos = *self.ustart + self.resp.head_len;
         let reusable;

@@ -175,7 +175,10 @@ impl Conn {
             .report_status(status, health::now_ms());
         note_transition(rt, ep, t);
         x.rec.status = status;
-        x.rec.decision = Decision::Forwarded;
+        // A dry-run refusal stays in the log: it was forwarded all the same.
+        if !matches!(x.rec.decision, Decision::DryRun(_)) {
+            x.rec.decision = Decision::Forwarded;
+        }
         if end.tunnel {
             return Ok(self.tunnel(up).await);
         }
@@ -340,6 +343,7 @@ impl Conn {
             body_read: &finished,
             via: shard.rt.config.via.name().map(str::as_bytes),
             head_seen: &head_seen,
+            rate_fields: &x.rate_fields,
         };
         let mut up_fut = pin!(upload.run());
         let mut down_fut = pin!(download.run());

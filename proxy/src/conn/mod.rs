@@ -105,15 +105,15 @@ pub struct Exchange {
     walk: Walk,
     /// The listener `walk` is sized for.
     walk_li: usize,
+    /// This request's RateLimit-Policy and RateLimit fields (`"headers":
+    /// "draft-11"`), spliced into every head zgix writes for it; empty for none.
+    rate_fields: Vec<u8>,
 }
 
-/// A request state's buffer, or why its memory could not be mapped.
-///
-/// `Buf::new` panics when the mapping fails; once the driver has
-/// `Buf::try_new(len) -> io::Result<Buf>`, this becomes `Buf::try_new(len)`
-/// and a failed mapping refuses one connection instead.
+/// A request state's buffer, or why its memory could not be mapped (the
+/// connection is then refused with 503, the shard goes on).
 fn state_buf(len: usize) -> std::io::Result<Buf> {
-    Ok(Buf::new(len))
+    Buf::try_new(len)
 }
 
 impl Exchange {
@@ -148,6 +148,7 @@ impl Exchange {
                 .filters
                 .new_walk(rt.config.limits.max_request_line),
             walk_li: li,
+            rate_fields: Vec::with_capacity(crate::http::ratelimit::FIELDS_CAPACITY),
         }))
     }
 
@@ -271,8 +272,8 @@ pub struct Conn {
     sent: bool,
     /// The current request's state; `None` while idle.
     x: Option<Box<Exchange>>,
-    /// The rate limit's parameters when the current request took a token.
-    token: Option<zgix_admission::RateParams>,
+    /// The bucket and parameters when the current request took a token.
+    token: Option<zgix_admission::Spent>,
 }
 
 /// Serves one accepted connection to its end.
@@ -394,6 +395,7 @@ impl Conn {
         let x = self.x.as_mut().expect("just held");
         x.rec.status = status;
         write_refusal(&mut x.out, status, retry_after);
+        crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
         shard.counters.response(self.li, status);
         self.sent = true;
         let _ = self.client.write_all(&x.out).await;

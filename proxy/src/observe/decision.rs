@@ -21,6 +21,38 @@ pub enum Decision {
     BadRequest(ParseError),
     /// 408: the head did not arrive within `client_header_timeout_ms`.
     ClientTimeout,
+    /// Forwarded although this dry-run control would have refused it (the first
+    /// such control in admission order).
+    DryRun(Control),
+}
+
+/// The controls that can run in dry-run mode: what `zgix_l7_dry_run_total` and the
+/// access log's `dry_run:<decision>` name.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    RateLimit,
+    ConnLimit,
+    Waf,
+}
+
+impl Control {
+    pub const ALL: [Control; 3] = [Control::RateLimit, Control::ConnLimit, Control::Waf];
+    /// The `control` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Control::RateLimit => "rate_limit",
+            Control::ConnLimit => "conn_limit",
+            Control::Waf => "waf",
+        }
+    }
+    /// The decision enforcing would have logged.
+    pub fn decision(self) -> &'static str {
+        match self {
+            Control::RateLimit => "rate_limited",
+            Control::ConnLimit => "conn_limited",
+            Control::Waf => "waf",
+        }
+    }
 }
 
 /// The histogram label of each [`Decision::class`], by index. Names and kinds
@@ -40,7 +72,7 @@ impl Decision {
     /// Index into [`CLASS_LABELS`].
     pub fn class(self) -> usize {
         match self {
-            Decision::Forwarded => 0,
+            Decision::Forwarded | Decision::DryRun(_) => 0,
             Decision::RateLimited => 1,
             Decision::ConnLimited => 2,
             Decision::Waf => 3,
@@ -71,7 +103,8 @@ pub fn parse_error_token(e: ParseError) -> &'static str {
 
 /// Writes the decision string: `forwarded`, `rate_limited`, `conn_limited`,
 /// `waf`, `filter:<name>` (`filter:#<index>` for an unnamed rule),
-/// `upstream_error:<kind>`, `bad_request:<error>`, `client_timeout`.
+/// `upstream_error:<kind>`, `bad_request:<error>`, `client_timeout`,
+/// `dry_run:<decision>` (`dry_run:rate_limited` ...).
 pub fn write_decision(out: &mut Vec<u8>, d: Decision, filter_name: Option<&str>) {
     use std::io::Write as _;
     match d {
@@ -87,6 +120,10 @@ pub fn write_decision(out: &mut Vec<u8>, d: Decision, filter_name: Option<&str>)
         Decision::UpstreamError(k) => {
             out.extend_from_slice(b"upstream_error:");
             out.extend_from_slice(k.label().as_bytes());
+        }
+        Decision::DryRun(c) => {
+            out.extend_from_slice(b"dry_run:");
+            out.extend_from_slice(c.decision().as_bytes());
         }
         Decision::BadRequest(e) => {
             out.extend_from_slice(b"bad_request:");
@@ -147,8 +184,19 @@ mod tests {
 
     #[test]
     fn decision_strings() {
-        let cases: [(Decision, Option<&str>, &str); 9] = [
+        let cases: [(Decision, Option<&str>, &str); 12] = [
             (Decision::Forwarded, None, "forwarded"),
+            (
+                Decision::DryRun(Control::RateLimit),
+                None,
+                "dry_run:rate_limited",
+            ),
+            (
+                Decision::DryRun(Control::ConnLimit),
+                None,
+                "dry_run:conn_limited",
+            ),
+            (Decision::DryRun(Control::Waf), None, "dry_run:waf"),
             (Decision::RateLimited, None, "rate_limited"),
             (Decision::ConnLimited, None, "conn_limited"),
             (Decision::Waf, None, "waf"),

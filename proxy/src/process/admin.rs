@@ -76,6 +76,7 @@ async fn handle(shard: Rc<Shard>, s: Sock) {
             let mut body =
                 rt.metrics.render(&names, &gauges) + &crate::upstream::render::render(&rt.up);
             crate::process::lifecycle::render(&mut body);
+            crate::fleet::render(&mut body);
             response(200, "text/plain; version=0.0.4; charset=utf-8", &body)
         }
         b"/health" => response(200, "text/plain", "ok\n"),

@@ -104,6 +104,7 @@ fn load(start: Start, shards: usize) -> Result<(Server, Option<instance::Handed>
         )?));
     }
     let rt = Arc::new(rt);
+    crate::fleet::attach(&rt);
     let mut server = Server {
         path: start.path,
         shards,
@@ -584,6 +585,7 @@ impl Server {
         let removed = self.listeners.len();
         let added = listeners.iter().filter(|b| !kept.contains(&b.key)).count();
         let old_rt = std::mem::replace(&mut self.rt, Arc::new(rt));
+        crate::fleet::attach(&self.rt);
         // Sockets of removed listeners close here; the shards close theirs
         // when they take the new generation.
         self.listeners = listeners;

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use hdrhistogram::Histogram;
 
 use crate::observe::counter::Counter;
+pub use crate::observe::decision::Control;
 use crate::observe::decision::UpstreamError;
 
 /// Why a connection was refused before any request was read.
@@ -119,6 +120,10 @@ impl Admission {
     }
 }
 
+/// Buckets of the probe-depth histogram: depth 0..=7 past the home slot, and 8 for an
+/// identity that found no slot (`zgix_admission::PROBE_DEPTH_FULL`).
+pub const PROBE_DEPTHS: usize = zgix_admission::PROBE_DEPTH_FULL as usize + 1;
+
 /// Statuses counted one by one: every code a response can carry.
 pub const STATUS_CODES: std::ops::RangeInclusive<u16> = 100..=599;
 
@@ -139,6 +144,8 @@ pub struct ListenerCounters {
     pub tls_resumed: Counter,
     /// Time from the first ClientHello byte to the end of the handshake.
     pub tls_handshake_time: Histo,
+    /// Refusals a dry-run control would have made, by [`Control`] index.
+    pub dry_run: [Counter; Control::ALL.len()],
 }
 
 /// The `result` label of `zgix_tls_handshakes_total`, by index.
@@ -165,6 +172,7 @@ impl Default for ListenerCounters {
             tls_handshakes: Default::default(),
             tls_resumed: Counter::default(),
             tls_handshake_time: Histo::default(),
+            dry_run: Default::default(),
         }
     }
 }
@@ -187,6 +195,10 @@ pub struct ShardCounters {
     pub conn_limited: Counter,
     pub conn_limit_full: Counter,
     pub waf_blocked: Counter,
+    /// Rate checks by probe depth (index = slots past home; the last = no slot).
+    pub rate_probe_depth: [Counter; PROBE_DEPTHS],
+    /// Connection-limit checks by probe depth, likewise.
+    pub conn_probe_depth: [Counter; PROBE_DEPTHS],
     pub upstream_errors: [Counter; UpstreamError::ALL.len()],
     pub upstream_connects: Counter,
     pub refused_connections: [Counter; ConnRefusal::ALL.len()],
@@ -245,6 +257,21 @@ impl ShardCounters {
         };
         total.inc();
         self.listeners[listener].admission[ev as usize].inc();
+    }
+    /// A refusal a dry-run `control` on `listener` would have made.
+    #[inline]
+    pub fn dry_run(&self, listener: usize, control: Control) {
+        self.listeners[listener].dry_run[control as usize].inc();
+    }
+    /// A rate check that probed `depth` slots past its home.
+    #[inline]
+    pub fn rate_probe(&self, depth: u8) {
+        self.rate_probe_depth[usize::from(depth).min(PROBE_DEPTHS - 1)].inc();
+    }
+    /// A connection-limit check that probed `depth` slots past its home.
+    #[inline]
+    pub fn conn_probe(&self, depth: u8) {
+        self.conn_probe_depth[usize::from(depth).min(PROBE_DEPTHS - 1)].inc();
     }
     /// A request finished (response written, refusal included) after `us`.
     #[inline]

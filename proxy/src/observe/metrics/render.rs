@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use super::{
-    new_latency_histogram, Admission, ConnRefusal, Histo, Metrics, ShardCounters, TableGauges,
-    UpstreamError, BUCKETS_US, STATUS_CODES,
+    new_latency_histogram, Admission, ConnRefusal, Control, Histo, Metrics, ShardCounters,
+    TableGauges, UpstreamError, BUCKETS_US, PROBE_DEPTHS, STATUS_CODES,
 };
 use crate::observe::decision::CLASS_LABELS;
 
@@ -189,6 +189,23 @@ impl Metrics {
             "Upstream connections opened.",
             self.sum(|s| s.upstream_connects.get()),
         );
+        family(
+            o,
+            "zgix_l7_dry_run_total",
+            "counter",
+            "Requests a dry-run control would have refused (forwarded instead).",
+        );
+        for (li, name) in names.listeners.iter().enumerate() {
+            for c in Control::ALL {
+                let v = self.sum(|s| s.listeners[li].dry_run[c as usize].get());
+                let _ = writeln!(
+                    o,
+                    "zgix_l7_dry_run_total{{listener=\"{}\",control=\"{}\"}} {v}",
+                    Esc(name),
+                    c.label()
+                );
+            }
+        }
     }
 
     /// Responses by status, client connections (accepted, open, refused,
@@ -341,6 +358,35 @@ impl Metrics {
             "zgix_table_slots_capacity{{table=\"rate\"}} {}\nzgix_table_slots_capacity{{table=\"conn\"}} {}",
             tables.rate_capacity, tables.conn_capacity
         );
+        family(
+            o,
+            "zgix_table_probe_depth",
+            "histogram",
+            "Slots probed past an identity's home to find or claim its slot, per table; le=\"+Inf\" minus le=\"7\" found none.",
+        );
+        type DepthsOf = fn(&ShardCounters) -> &[crate::observe::counter::Counter; PROBE_DEPTHS];
+        let depths: [(&str, DepthsOf); 2] = [
+            ("rate", |s| &s.rate_probe_depth),
+            ("conn", |s| &s.conn_probe_depth),
+        ];
+        for (table, of) in depths {
+            let (mut cum, mut sum) = (0, 0);
+            for d in 0..PROBE_DEPTHS {
+                let v = self.sum(|s| of(s)[d].get());
+                cum += v;
+                sum += v * d as u64;
+                if d + 1 < PROBE_DEPTHS {
+                    let _ = writeln!(
+                        o,
+                        "zgix_table_probe_depth_bucket{{table=\"{table}\",le=\"{d}\"}} {cum}"
+                    );
+                }
+            }
+            let _ = writeln!(
+                o,
+                "zgix_table_probe_depth_bucket{{table=\"{table}\",le=\"+Inf\"}} {cum}\nzgix_table_probe_depth_sum{{table=\"{table}\"}} {sum}\nzgix_table_probe_depth_count{{table=\"{table}\"}} {cum}"
+            );
+        }
         counter(
             o,
             "zgix_access_log_lines_total",
