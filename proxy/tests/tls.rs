@@ -384,3 +384,40 @@ fn sessions_from_before_an_upgrade_resume_on_the_new_process() {
     );
     assert!(out.contains("HTTP/1.1 200 "), "{out}");
 }
+
+#[test]
+fn the_access_log_names_the_tls_version_cipher_sni_and_resumption() {
+    let certs = Certs::new("log");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let log = certs.dir.join("access.log");
+    let json = format!(
+        r#"{{"cpus": [0], "access_log": {{"path": "{}", "format": "json"}},
+            "listeners": [{{"bind": "127.0.0.1:0", "name": "public", "tls": {},
+                           "http": {{"cluster": "c"}}}}],
+            "clusters": {{"c": {{"endpoints": ["{}"]}}}}}}"#,
+        log.display(),
+        tls_block(std::slice::from_ref(&site), ""),
+        o.addr()
+    );
+    let z = Zgix::start_json(&json);
+    assert_eq!(curl(z.addr(), "site.example", &site.0, "/logged").0, 200);
+    let mut line = None;
+    for _ in 0..400 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.contains("/logged")) {
+            line = Some(l.to_string());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let line = line.expect("the request's access-log line");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["tls_version"], "TLSv1.3", "{line}");
+    assert!(
+        v["tls_cipher"].as_str().unwrap().starts_with("TLS13_"),
+        "{line}"
+    );
+    assert_eq!(v["sni"], "site.example", "{line}");
+    assert_eq!(v["tls_resumed"], false, "{line}");
+}

@@ -43,7 +43,7 @@ pub struct Info {
     /// `TLSv1.2` or `TLSv1.3`.
     pub version: &'static str,
     /// The IANA name of the cipher suite.
-    pub cipher: String,
+    pub cipher: &'static str,
     pub alpn: Option<Vec<u8>>,
     pub resumed: bool,
 }
@@ -248,8 +248,7 @@ impl Session {
             cipher: c
                 .negotiated_cipher_suite()
                 .and_then(|s| s.suite().as_str())
-                .unwrap_or("")
-                .to_string(),
+                .unwrap_or(""),
             alpn: c.alpn_protocol().map(<[u8]>::to_vec),
             resumed: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
         }

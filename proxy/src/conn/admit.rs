@@ -211,9 +211,11 @@ impl Conn {
     fn begin_record(&mut self) {
         let (li, ip, peer, rx) = (self.li, self.ip, self.peer, self.client.bytes_read());
         let tx = self.client.bytes_written();
+        let tls = self.client.log_facts().0;
         let x = self.x();
         let base = &x.cbuf[x.cstart..x.cend];
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
+        x.rec.tls = tls;
         x.rec.version = Some(x.req.version);
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
@@ -248,6 +250,7 @@ impl Conn {
                 method: &x.rec_method,
                 path: &x.req.canonical_path,
                 query: x.rec_has_query.then_some(&x.rec_query[..]),
+                sni: self.client.log_facts().1,
             };
             log.emit(&*shard.rt, &x.rec, &t);
         }
@@ -261,18 +264,20 @@ impl Conn {
         let tx = self.client.bytes_written();
         let Some(x) = self.x.as_mut() else { return };
         let status = x.rec.status;
+        let (tls, sni) = self.client.log_facts();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
+        x.rec.tls = tls;
         x.rec.status = status;
         x.rec.decision = decision;
         x.rec.bytes_in = (x.cend - x.cstart) as u64;
         x.rec.bytes_out = tx - tx0;
         shard.counters.request_done(li, decision, 1);
         if let Some(log) = &shard.access_log {
-            log.emit(
-                &*shard.rt,
-                &x.rec,
-                &crate::observe::access_log::Target::default(),
-            );
+            let t = crate::observe::access_log::Target {
+                sni,
+                ..Default::default()
+            };
+            log.emit(&*shard.rt, &x.rec, &t);
         }
     }
 }

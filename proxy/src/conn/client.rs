@@ -85,6 +85,21 @@ impl ClientConn {
         self.tls.as_ref().map(|t| (&t.info, t.sni.as_deref()))
     }
 
+    /// The access log's TLS fields and SNI; `None` on plaintext.
+    pub fn log_facts(&self) -> (Option<crate::observe::access_log::TlsFacts>, Option<&[u8]>) {
+        match &self.tls {
+            None => (None, None),
+            Some(t) => (
+                Some(crate::observe::access_log::TlsFacts {
+                    version: t.info.version,
+                    cipher: t.info.cipher,
+                    resumed: t.info.resumed,
+                }),
+                t.sni.as_deref().map(str::as_bytes),
+            ),
+        }
+    }
+
     /// Application bytes received (decrypted on TLS).
     pub fn bytes_read(&self) -> u64 {
         match &self.tls {

@@ -90,6 +90,18 @@ fn text(
     write_decision(out, r.decision, filter_name(rt, r));
     escape_tail(out, at, escape_text);
     out.push(b'"');
+    // tls_version tls_cipher sni tls_resumed: `-` on a plaintext listener.
+    match r.tls {
+        Some(f) => {
+            let _ = write!(out, " {} {} ", f.version, f.cipher);
+            match t.sni {
+                Some(s) => escape_text(out, s),
+                None => out.push(b'-'),
+            }
+            out.extend_from_slice(if f.resumed { b" 1" } else { b" 0" });
+        }
+        None => out.extend_from_slice(b" - - - -"),
+    }
 }
 
 fn listener_name<'a>(rt: &'a dyn Names, r: &Record) -> &'a str {
@@ -173,7 +185,23 @@ fn json(
     let at = out.len();
     write_decision(out, r.decision, filter_name(rt, r));
     escape_tail(out, at, escape_json);
-    out.extend_from_slice(b"\"}");
+    out.push(b'"');
+    // null on a plaintext listener, as every absent field.
+    match r.tls {
+        Some(f) => {
+            let _ = write!(
+                out,
+                ",\"tls_version\":\"{}\",\"tls_cipher\":\"{}\",\"sni\":",
+                f.version, f.cipher
+            );
+            json_opt(out, t.sni);
+            let _ = write!(out, ",\"tls_resumed\":{}", f.resumed);
+        }
+        None => out.extend_from_slice(
+            b",\"tls_version\":null,\"tls_cipher\":null,\"sni\":null,\"tls_resumed\":null",
+        ),
+    }
+    out.push(b'}');
 }
 
 fn json_opt(out: &mut Vec<u8>, s: Option<&[u8]>) {

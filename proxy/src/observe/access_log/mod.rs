@@ -74,6 +74,19 @@ pub struct Record {
     /// Upstream attempts after the first.
     pub retries: u32,
     pub decision: Decision,
+    /// What the TLS handshake settled; `None` on a plaintext listener.
+    pub tls: Option<TlsFacts>,
+}
+
+/// The TLS fields of an access-log line (the SNI rides in [`Target`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsFacts {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The cipher suite's IANA name.
+    pub cipher: &'static str,
+    /// The session was resumed from a ticket.
+    pub resumed: bool,
 }
 
 impl Record {
@@ -93,6 +106,7 @@ impl Record {
             upstream: None,
             upstream_us: None,
             retries: 0,
+            tls: None,
             decision: Decision::Forwarded,
         }
     }
@@ -107,6 +121,8 @@ pub struct Target<'a> {
     pub path: &'a [u8],
     /// The raw query, without `?`.
     pub query: Option<&'a [u8]>,
+    /// The ClientHello's SNI, on a TLS listener.
+    pub sni: Option<&'a [u8]>,
 }
 
 enum Output {

@@ -38,6 +38,7 @@ fn forwarded() -> Record {
         upstream_us: Some(1_234),
         retries: 1,
         decision: Decision::Forwarded,
+        tls: None,
     }
 }
 
@@ -45,6 +46,7 @@ const GET: Target<'static> = Target {
     method: b"GET",
     path: b"/a/b",
     query: Some(b"x=1&y=\"2\""),
+    sni: None,
 };
 
 fn line(rt: &Runtime, format: AccessLogFormat, query: bool, r: &Record, t: &Target) -> String {
@@ -58,7 +60,7 @@ fn text_line_is_combined_log_style() {
     let rt = runtime(|_| {});
     assert_eq!(
         line(&rt, AccessLogFormat::Text, true, &forwarded(), &GET),
-        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" 200 78 1234 1.500 \"127.0.0.1:9000\" 1.234 1 \"forwarded\"\n"
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" 200 78 1234 1.500 \"127.0.0.1:9000\" 1.234 1 \"forwarded\" - - - -\n"
     );
     // Query dropped by config; a refusal has no upstream; control bytes and
     // non-ASCII are escaped so the line stays one line.
@@ -74,10 +76,11 @@ fn text_line_is_combined_log_style() {
         method: b"GET",
         path: b"/\n\xff\\",
         query: Some(b"q"),
+        sni: None,
     };
     assert_eq!(
         line(&rt, AccessLogFormat::Text, false, &r, &t),
-        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /\\x0A\\xFF\\\\ HTTP/1.1\" 400 78 1234 1.500 - - 0 \"bad_request:bad_framing\"\n"
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /\\x0A\\xFF\\\\ HTTP/1.1\" 400 78 1234 1.500 - - 0 \"bad_request:bad_framing\" - - - -\n"
     );
     // No request line understood: the request field is "-".
     let r = Record { version: None, ..r };
@@ -90,7 +93,7 @@ fn text_line_is_combined_log_style() {
         ..r
     };
     let l = line(&rt, AccessLogFormat::Text, true, &r, &GET);
-    assert!(l.ends_with(" \"filter:old \\\"api\\\"\"\n"), "{l}");
+    assert!(l.ends_with(" \"filter:old \\\"api\\\"\" - - - -\n"), "{l}");
 }
 
 fn parsed(l: &str) -> serde_json::Value {
@@ -102,6 +105,36 @@ fn parsed(l: &str) -> serde_json::Value {
 }
 
 #[test]
+fn tls_fields_close_the_line_in_both_formats() {
+    let rt = runtime(|_| {});
+    let r = Record {
+        tls: Some(crate::observe::access_log::TlsFacts {
+            version: "TLSv1.3",
+            cipher: "TLS13_AES_128_GCM_SHA256",
+            resumed: true,
+        }),
+        ..forwarded()
+    };
+    let t = Target {
+        sni: Some(b"site.example"),
+        ..GET
+    };
+    let l = line(&rt, AccessLogFormat::Text, true, &r, &t);
+    assert!(
+        l.ends_with(" \"forwarded\" TLSv1.3 TLS13_AES_128_GCM_SHA256 site.example 1\n"),
+        "{l}"
+    );
+    let v = parsed(&line(&rt, AccessLogFormat::Json, true, &r, &t));
+    assert_eq!(v["tls_version"], "TLSv1.3");
+    assert_eq!(v["tls_cipher"], "TLS13_AES_128_GCM_SHA256");
+    assert_eq!(v["sni"], "site.example");
+    assert_eq!(v["tls_resumed"], true);
+    let no_sni = Target { sni: None, ..GET };
+    let l = line(&rt, AccessLogFormat::Text, true, &r, &no_sni);
+    assert!(l.ends_with(" TLS13_AES_128_GCM_SHA256 - 1\n"), "{l}");
+}
+
+#[test]
 fn json_line_parses_with_every_field() {
     let rt = runtime(|_| {});
     let v = parsed(&line(&rt, AccessLogFormat::Json, true, &forwarded(), &GET));
@@ -110,7 +143,8 @@ fn json_line_parses_with_every_field() {
         "listener": "public", "method": "GET", "path": "/a/b", "query": "x=1&y=\"2\"",
         "version": "HTTP/1.1", "status": 200, "bytes_in": 78, "bytes_out": 1234,
         "duration_ms": 1.5, "upstream": "127.0.0.1:9000", "upstream_ms": 1.234,
-        "retries": 1, "decision": "forwarded"
+        "retries": 1, "decision": "forwarded",
+        "tls_version": null, "tls_cipher": null, "sni": null, "tls_resumed": null
     });
     assert_eq!(v, want);
 
@@ -124,6 +158,7 @@ fn json_line_parses_with_every_field() {
         method: b"GET",
         path: b"/\x01caf\xc3\xa9",
         query: None,
+        sni: None,
     };
     let v = parsed(&line(&rt, AccessLogFormat::Json, true, &r, &t));
     assert_eq!(v["path"], "/\u{1}café", "valid UTF-8 stays as it is");
@@ -135,6 +170,7 @@ fn json_line_parses_with_every_field() {
         method: b"GET",
         path: b"/\xff",
         query: Some(b"a"),
+        sni: None,
     };
     let r = Record {
         decision: Decision::Filter(1),
