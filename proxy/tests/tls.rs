@@ -421,3 +421,108 @@ fn the_access_log_names_the_tls_version_cipher_sni_and_resumption() {
     assert_eq!(v["sni"], "site.example", "{line}");
     assert_eq!(v["tls_resumed"], false, "{line}");
 }
+
+/// `curl` with extra arguments; the HTTP status (0 when it failed).
+fn curl_with(addr: SocketAddr, name: &str, ca: &Path, path: &str, extra: &[&str]) -> u16 {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .args(extra)
+        .arg("--cacert")
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{}:127.0.0.1", addr.port()))
+        .arg(format!("https://{name}:{}{path}", addr.port()))
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_waf_and_a_proxy_header_before_tls_work_on_a_tls_listener() {
+    let certs = Certs::new("waf");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(std::slice::from_ref(&site), ""),
+        r#", "waf": {"deny": ["/forbidden"]}"#,
+    ));
+    assert_eq!(curl(z.addr(), "site.example", &site.0, "/open").0, 200);
+    assert_eq!(
+        curl(z.addr(), "site.example", &site.0, "/forbidden/x").0,
+        403
+    );
+    // PROXY v1 before the ClientHello: the header is read on the raw socket,
+    // the handshake follows on the bytes after it.
+    let json = format!(
+        r#"{{"cpus": [0], "listeners": [{{"bind": "127.0.0.1:0", "proxy_protocol": true,
+            "tls": {}, "http": {{"cluster": "c"}}}}],
+            "clusters": {{"c": {{"endpoints": ["{}"]}}}}}}"#,
+        tls_block(std::slice::from_ref(&site), ""),
+        o.addr()
+    );
+    let p = Zgix::start_json(&json);
+    let with = curl_with(
+        p.addr(),
+        "site.example",
+        &site.0,
+        "/pp",
+        &["--haproxy-protocol"],
+    );
+    assert_eq!(with, 200);
+    let without = curl_with(p.addr(), "site.example", &site.0, "/pp", &[]);
+    assert_eq!(
+        without, 0,
+        "a ClientHello where the PROXY header belongs is refused"
+    );
+}
+
+#[test]
+fn the_connection_limit_counts_tls_connections() {
+    let certs = Certs::new("conn");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(std::slice::from_ref(&site), ""),
+        r#", "conn_limit": {"max": 1}"#,
+    ));
+    // One kept-alive TLS connection holds the client's one slot.
+    let mut held = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect"])
+        .arg(z.addr().to_string())
+        .args(["-servername", "site.example"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run openssl");
+    held.stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"GET /held HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut seen = false;
+    for _ in 0..400 {
+        if o.requests().len() == 1 {
+            seen = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(seen, "the held connection's request reached the origin");
+    assert_eq!(curl(z.addr(), "site.example", &site.0, "/second").0, 503);
+    let _ = held.kill();
+    let _ = held.wait();
+}
