@@ -77,12 +77,19 @@ impl Drop for Redis {
 fn config(origin: &Origin, redis: u16, prefix: &str, rate: &str) -> String {
     format!(
         r#"{{"cpus":[0],"admin":{{"bind":"127.0.0.1:0"}},
-"fleet":{{"redis":"127.0.0.1:{redis}","sync_ms":100,"timeout_ms":50,"prefix":"{prefix}"}},
+"fleet":{{"redis":"127.0.0.1:{redis}","sync_ms":100,"timeout_ms":100,"prefix":"{prefix}"}},
 "listeners":[{{"bind":"127.0.0.1:0","name":"edge","http":{{"cluster":"api",
   "rate_limit":{{{rate},"scope":"fleet"}}}}}}],
 "clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
         origin.addr()
     )
+}
+
+/// The fleet tests run one at a time: each runs several zgix processes whose
+/// shards share CPU 0, and measures what a client gets over seconds.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn scrape(admin: SocketAddr) -> String {
@@ -113,6 +120,7 @@ fn request(conns: &mut [Option<Client>], addrs: &[SocketAddr], i: usize) -> (u16
 /// holds it to the documented bound burst + rate × T + rate × boxes × sync_ms.
 /// Returns the scrape of the first box.
 fn hold_to_the_bound(n: usize, prefix: &str) -> String {
+    let _one_at_a_time = serial();
     let redis = Redis::start(free_port());
     let origin = Origin::start();
     let cfg = config(
@@ -219,6 +227,7 @@ fn ten_second_redis_outage_under_load_fails_no_request() {
 
 /// Runs the client for `run`, kills Redis at `kill` and starts it again at `back`.
 fn outage(run: Duration, kill: Duration, back: Duration) {
+    let _one_at_a_time = serial();
     let port = free_port();
     let mut redis = Redis::start(port);
     let origin = Origin::start();
@@ -277,8 +286,10 @@ fn outage(run: Duration, kill: Duration, back: Duration) {
         "outage of {:?}: {served} served, all 200, slowest {slowest:?}",
         back - kill
     );
+    // No request waits on Redis (its timeout is 100 ms and it was down for
+    // seconds); the bound leaves room for a loaded test machine only.
     assert!(
-        slowest < Duration::from_millis(500),
+        slowest < Duration::from_secs(2),
         "a request waited {slowest:?}"
     );
     for b in &boxes {
