@@ -52,10 +52,10 @@ clk_tck="$(getconf CLK_TCK)"
 # The certificate: made here, kept in the scratch directory only.
 if [ "$rsa" = 1 ]; then
     openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
-        -days 2 -subj /CN=bench.example -addext subjectAltName=DNS:bench.example 2>/dev/null
+        -days 30 -subj /CN=bench.example -addext subjectAltName=DNS:bench.example 2>/dev/null
 else
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/key.pem" \
-        -out "$tmp/cert.pem" -days 2 -subj /CN=bench.example \
+        -out "$tmp/cert.pem" -days 30 -subj /CN=bench.example \
         -addext subjectAltName=DNS:bench.example 2>/dev/null
 fi
 cat "$tmp/cert.pem" "$tmp/key.pem" >"$tmp/combined.pem"
@@ -106,7 +106,7 @@ start_haproxy() {
 global
     nbthread 1
     cpu-map 1/1 $proxy_cpu
-    maxconn 20000
+    maxconn 5000
 defaults
     mode http
     timeout connect 5s

@@ -189,8 +189,28 @@ impl Tickets {
         })
     }
 
-    /// The derived keys of period `k`.
+    /// The derived keys of period `k`, from this thread's cache (a shard
+    /// derives each period's keys once, not three HMACs per ticket).
     fn period_key(master: &[u8; 32], k: u64) -> Key {
+        thread_local! {
+            static CACHE: std::cell::RefCell<Vec<([u8; 32], u64, Key)>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some((_, _, key)) = c.iter().find(|(m, p, _)| m == master && *p == k) {
+                return key.clone();
+            }
+            let key = Tickets::derive_period_key(master, k);
+            if c.len() >= 4 {
+                c.remove(0);
+            }
+            c.push((*master, k, key.clone()));
+            key
+        })
+    }
+
+    fn derive_period_key(master: &[u8; 32], k: u64) -> Key {
         let root = hmac::Key::new(hmac::HMAC_SHA256, master);
         let part = |label: &[u8]| {
             let mut ctx = hmac::Context::with_key(&root);

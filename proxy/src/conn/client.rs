@@ -22,13 +22,13 @@ thread_local! {
     static READ_BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take_read_buffer() -> Box<[u8]> {
+pub(super) fn take_read_buffer() -> Box<[u8]> {
     READ_BUFFERS
         .with(|p| p.borrow_mut().pop())
         .unwrap_or_else(|| vec![0u8; TLS_READ_BUFFER].into_boxed_slice())
 }
 
-fn put_read_buffer(b: Box<[u8]>) {
+pub(super) fn put_read_buffer(b: Box<[u8]>) {
     READ_BUFFERS.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < POOLED_READ_BUFFERS {

@@ -9,7 +9,7 @@ use zgix_tls::hello::{self, Hello};
 use zgix_tls::server::{Listener as TlsSpec, MinVersion};
 use zgix_tls::{CertStore, Loaded, Session, Tickets, UnknownSni};
 
-use super::client::{TlsConn, TLS_READ_BUFFER};
+use super::client::{put_read_buffer, take_read_buffer, TlsConn};
 use crate::io::Sock;
 
 /// A TLS listener's runtime: its rustls configuration and certificates.
@@ -173,7 +173,8 @@ pub async fn accept(
     };
     sock.set_read_timeout(Some(tls.handshake_timeout));
     let deadline = sock.driver().now() + tls.handshake_timeout;
-    let mut inbuf = vec![0u8; TLS_READ_BUFFER].into_boxed_slice();
+    // A pooled buffer: no 17 KiB allocation and zeroing per handshake.
+    let mut inbuf = take_read_buffer();
     let mut len = early.len().min(inbuf.len());
     inbuf[..len].copy_from_slice(&early[..len]);
     let mut plain = Vec::new();
@@ -258,10 +259,9 @@ pub async fn accept(
     let keep = if len > 0 {
         // A record after the handshake's last one (the request, sent
         // with the client's Finished): kept for the first read.
-        let mut b = vec![0u8; TLS_READ_BUFFER].into_boxed_slice();
-        b[..len].copy_from_slice(&inbuf[..len]);
-        Some(b)
+        Some(inbuf)
     } else {
+        put_read_buffer(inbuf);
         None
     };
     Ok(Box::new(TlsConn {
