@@ -101,9 +101,10 @@ impl Local {
             Some(&prev),
             up.generation,
         ));
-        *prev.successor.borrow_mut() = Some(next.clone());
-        // Its endpoints' indices mean nothing to the new runtime.
-        prev.pool.clear();
+        *next.newest.borrow_mut() = Rc::downgrade(&next);
+        // Its idle upstream connections move to the new pool (same
+        // endpoint address) or close; it keeps nothing a request does not use.
+        prev.retire(&next);
         self.gens.borrow_mut().push(Rc::downgrade(&next));
         *self.current.borrow_mut() = next.clone();
         up.rt.metrics.shards[self.id]
@@ -240,6 +241,7 @@ pub async fn run(
         .set_driver(driver.kind().as_str());
     mailbox.set_notifier(driver.notifier());
     let shard = Rc::new(Shard::new(id, rt, driver.clone(), None, first.generation));
+    *shard.newest.borrow_mut() = Rc::downgrade(&shard);
     let driver_task = glommio::spawn_local(driver.clone().run());
     let local = Rc::new(Local {
         id,
@@ -334,13 +336,14 @@ async fn watch(local: Rc<Local>, mailbox: Arc<Mailbox>) {
     }
 }
 
-/// Waits until this shard holds fewer connections than its cap.
-async fn below_cap(shard: &Shard) {
+/// Waits until this shard holds fewer connections than `max` (the count
+/// and the waiters are shared by every generation: holding them pins none).
+async fn below_cap(open: Rc<Cell<usize>>, max: usize, waiters: Rc<RefCell<Vec<std::task::Waker>>>) {
     std::future::poll_fn(|cx| {
-        if shard.open_connections.get() < shard.max_connections {
+        if open.get() < max {
             return std::task::Poll::Ready(());
         }
-        shard.capacity_waiters.borrow_mut().push(cx.waker().clone());
+        waiters.borrow_mut().push(cx.waker().clone());
         std::task::Poll::Pending
     })
     .await
@@ -351,29 +354,41 @@ async fn below_cap(shard: &Shard) {
 /// queues them before the loop asks).
 const STOP_GRACE: Duration = Duration::from_millis(50);
 
+/// Accepts into the generation `entry` points at when each connection
+/// arrives; holds no generation while it waits (only the driver and the
+/// counts every generation shares).
 async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
     let mut last_log: Option<Instant> = None;
+    let (id, driver) = {
+        let s = entry.shard.borrow();
+        (s.id, s.driver.clone())
+    };
     loop {
-        let shard = entry.shard.borrow().clone();
-        let counters = shard.counters.clone();
-        if shard.open_connections.get() >= shard.max_connections {
+        let (at_cap, open, max, waiters) = {
+            let s = entry.shard.borrow();
+            (
+                s.open_connections.get() >= s.max_connections,
+                s.open_connections.clone(),
+                s.max_connections,
+                s.capacity_waiters.clone(),
+            )
+        };
+        if at_cap {
             // At the cap: stop taking connections (the backlog holds them)
             // instead of accepting and refusing, or spinning on EMFILE.
             listener.pause();
-            counters.engine.accept_pauses.inc();
-            let now = shard.driver.now();
+            entry.shard.borrow().counters.engine.accept_pauses.inc();
+            let now = driver.now();
             if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
                 last_log = Some(now);
                 crate::log_warn!(
                     "shard",
-                    "shard {} at its connection cap ({}); accepting paused",
-                    shard.id,
-                    shard.max_connections
+                    "shard {id} at its connection cap ({max}); accepting paused"
                 );
             }
             let resumed = or(
                 async {
-                    below_cap(&shard).await;
+                    below_cap(open, max, waiters).await;
                     true
                 },
                 async {
@@ -399,14 +414,19 @@ async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
                 spawn_connection(&entry.shard.borrow().clone(), entry.index.get(), sock, peer)
             }
             Some(Err(e)) => {
-                counters.engine.accept_error(e.raw_os_error().unwrap_or(0));
-                let now = shard.driver.now();
+                entry
+                    .shard
+                    .borrow()
+                    .counters
+                    .engine
+                    .accept_error(e.raw_os_error().unwrap_or(0));
+                let now = driver.now();
                 if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
                     last_log = Some(now);
-                    crate::log_warn!("shard", "shard {}: accept failed: {e}", shard.id);
+                    crate::log_warn!("shard", "shard {id}: accept failed: {e}");
                 }
                 // Out of descriptors or memory: back off instead of spinning.
-                shard.driver.sleep(Duration::from_millis(10)).await;
+                driver.sleep(Duration::from_millis(10)).await;
             }
         }
     }
@@ -414,9 +434,8 @@ async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
     // already accepted for us, then close this shard's socket (others — in
     // this process or the one the sockets were handed to — keep accepting).
     listener.pause();
-    let shard = entry.shard.borrow().clone();
-    while let Some(Ok((sock, peer))) = shard.driver.timeout(STOP_GRACE, listener.accept()).await {
-        spawn_connection(&shard, entry.index.get(), sock, peer);
+    while let Some(Ok((sock, peer))) = driver.timeout(STOP_GRACE, listener.accept()).await {
+        spawn_connection(&entry.shard.borrow().clone(), entry.index.get(), sock, peer);
     }
 }
 
