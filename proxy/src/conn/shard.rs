@@ -32,7 +32,11 @@ pub struct Shard {
     pub seen: crate::upstream::resolver::SeenGenerations,
     /// This shard's access-log ring, when the access log is on.
     pub access_log: Option<crate::observe::access_log::ShardLog>,
-    /// Set once the shard drains (shared by its generations).
+    /// Set once the shard drains (shared by its generations): answers
+    /// carry `Connection: close` from then on.
+    pub closing: Rc<Cell<bool>>,
+    /// Set once the drain's grace for idle keep-alive connections is over
+    /// (shared by its generations): a connection that goes idle closes.
     pub draining: Rc<Cell<bool>>,
     /// Never holds permits: closing it wakes every task waiting on it (the
     /// drain closes every generation's).
@@ -130,6 +134,7 @@ impl Shard {
                 .as_ref()
                 .map(|a| a.shard(id, rt.metrics.shards[id].clone(), l.max_request_line)),
             draining: prev.map_or_else(Default::default, |p| p.draining.clone()),
+            closing: prev.map_or_else(Default::default, |p| p.closing.clone()),
             shutdown: Semaphore::new(0),
             gate: prev.map_or_else(|| Rc::new(Gate::new()), |p| p.gate.clone()),
             req_parser: RequestParser::new(rt.request_limits),

@@ -25,6 +25,11 @@ pub const IO_MEMORY: usize = 256 << 10;
 /// How often a shard publishes its engine counters and sweeps its pools.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a drain leaves idle keep-alive connections open (at most half
+/// the drain timeout): requests that reach one meanwhile are answered with
+/// `Connection: close`.
+pub const IDLE_GRACE: Duration = Duration::from_millis(1000);
+
 /// What a shard reports once it accepts on its first generation's sockets
 /// (or why it cannot).
 pub type BindReport = Result<(), String>;
@@ -190,15 +195,27 @@ impl Local {
         let _ = gate.close().await;
     }
 
-    fn begin_drain(&self) {
+    fn begin_drain(self: &Rc<Self>) {
         let cur = self.current();
-        if cur.draining.replace(true) {
+        if cur.closing.replace(true) {
             return;
         }
         self.stop_accepting();
-        for g in self.live_gens() {
-            g.shutdown.close();
-        }
+        // Idle keep-alive connections are closed only after a grace: a
+        // request already on the wire to one is answered (with
+        // `Connection: close`, as every answer while draining) instead of
+        // meeting a closed socket. On an upgrade the new process accepts
+        // already, so its client reconnects there.
+        let grace = IDLE_GRACE.min(cur.rt.timeouts.drain / 2);
+        let local = self.clone();
+        glommio::spawn_local(async move {
+            local.driver.sleep(grace).await;
+            local.current().draining.set(true);
+            for g in local.live_gens() {
+                g.shutdown.close();
+            }
+        })
+        .detach();
         if let Some(a) = self.admin.borrow_mut().take() {
             a.shutdown.close();
         }
