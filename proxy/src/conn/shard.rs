@@ -172,11 +172,13 @@ impl Shard {
     pub fn retire(&self, next: &Shard) {
         self.retired.set(true);
         let now = self.driver.now();
+        let fresh = self.rt.timeouts.upstream_pool_idle;
         for (ep, addr) in self.rt.up.endpoints.iter().enumerate() {
             let to = next.rt.up.endpoints.iter().position(|a| a == addr);
-            while let Some(s) = self.pool.take(ep, now) {
-                if let Some(to) = to {
-                    next.pool.put(to, s, now);
+            // Oldest first, so the newest ends up on top of the new pool.
+            while let Some((s, since)) = self.pool.take_oldest(ep) {
+                if let Some(to) = to.filter(|_| now.duration_since(since) < fresh) {
+                    next.pool.adopt(to, s, since);
                 }
             }
         }
