@@ -63,7 +63,8 @@ pub enum Command {
     /// Stop accepting on every listener and serve what was already accepted
     /// (the listening sockets went to a new process).
     StopAccepting,
-    /// Stop accepting, close idle connections, finish within the drain timeout.
+    /// Stop accepting, close idle connections after a short grace (see
+    /// `process::shard::IDLE_GRACE`), finish within the drain timeout.
     Drain,
 }
 
