@@ -15,7 +15,8 @@ same origin) and --filters request filters, plus an admin endpoint. Then:
   3. one reload (SIGHUP); after --settle seconds: VmRSS, zgix_heap_live_bytes
      summed, zgix_generations_live, descriptors (/proc/PID/fd);
   4. --reloads more reloads, --rate per second; after --settle seconds, the
-     same readings; wrk's totals (socket errors, non-2xx).
+     same readings; wrk's totals (socket errors, non-2xx); upstream connects
+     and errors (zgix_upstream_connects_total, zgix_upstream_errors_total).
 
   --zgix PATH        the zgix binary (default $CARGO_TARGET_DIR/release/zgix)
   --bench PATH       the zgix-bench binary (default next to zgix)
@@ -104,5 +105,6 @@ reading "after $((reloads + 1)) reloads"
 kill -INT "$wrk_pid"
 wait "$wrk_pid" 2>/dev/null || true
 grep -E "requests in|Socket errors|Non-2xx|Requests/sec" "$dir/wrk.txt" || true
+echo "upstream connects: $(metric zgix_upstream_connects_total), upstream errors: $(metric zgix_upstream_errors_total)"
 echo "reload lines logged: $(grep -c "reload applied" "$dir/zgix.log"), generation $(metric zgix_config_generation)"
 exec 3>&-
