@@ -24,8 +24,8 @@ fn config(listeners: &[(&str, &str)], origin: SocketAddr, admin: &str) -> String
     )
 }
 
-/// The text of `/metrics` on `admin` (tried again if a reload replaced the
-/// admin socket's task while the request was on the way).
+/// The text of `/metrics` on `admin`. Not retried: a scrape during a
+/// reload must not fail (the admin socket's accept loop outlives reloads).
 fn scrape(admin: SocketAddr) -> String {
     let once = || -> std::io::Result<String> {
         let mut s = TcpStream::connect(admin)?;
@@ -38,14 +38,7 @@ fn scrape(admin: SocketAddr) -> String {
         }
         Ok(out)
     };
-    let mut last = None;
-    for _ in 0..5 {
-        match once() {
-            Ok(t) => return t,
-            Err(e) => last = Some(e),
-        }
-    }
-    panic!("GET /metrics on {admin}: {last:?}")
+    once().unwrap_or_else(|e| panic!("GET /metrics on {admin}: {e}"))
 }
 
 /// The value of one series (name and labels as rendered).

@@ -62,14 +62,35 @@ struct Local {
     gens: RefCell<Vec<Weak<Shard>>>,
     /// One entry per listening socket this shard accepts on.
     listeners: RefCell<Vec<Rc<Entry>>>,
-    /// The admin endpoint's own shard state: closing its `shutdown` ends the
-    /// admin task of a generation without touching client connections.
-    admin: RefCell<Option<Rc<Shard>>>,
+    /// The admin endpoint's accept loop, kept across generations while its
+    /// socket is the same (a reload swaps the shard state it answers from).
+    admin: RefCell<Option<AdminLoop>>,
     /// Every accept loop runs in it: closing it waits until each has served
     /// what its socket had already accepted.
     accepts: RefCell<Rc<Gate>>,
     /// Closed when the drain starts.
     stopped: Semaphore,
+}
+
+/// The admin socket's accept loop: the socket's inode (its identity across
+/// the duplicates each generation brings), the shard state it answers
+/// from, and the semaphore closed to stop it.
+struct AdminLoop {
+    inode: u64,
+    shard: Rc<RefCell<Rc<Shard>>>,
+    stop: Rc<Semaphore>,
+}
+
+/// The inode of a socket descriptor (0 if `fstat` fails).
+fn inode(fd: RawFd) -> u64 {
+    // SAFETY: fstat on a descriptor the caller owns, into plain data.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return 0;
+        }
+        st.st_ino
+    }
 }
 
 /// One listening socket's accept loop.
@@ -165,11 +186,12 @@ impl Local {
     }
 
     fn serve_admin(&self, shard: &Rc<Shard>, fd: Option<RawFd>) -> Result<(), String> {
-        if let Some(old) = self.admin.borrow_mut().take() {
-            old.shutdown.close();
-        }
-        let Some(fd) = fd else { return Ok(()) };
-        let listener = Listener::from_fd(fd, &self.driver).map_err(|e| format!("admin: {e}"))?;
+        let Some(fd) = fd else {
+            if let Some(old) = self.admin.borrow_mut().take() {
+                old.stop.close();
+            }
+            return Ok(());
+        };
         let admin = Rc::new(Shard::new(
             self.id,
             shard.rt.clone(),
@@ -177,8 +199,38 @@ impl Local {
             Some(shard),
             shard.generation,
         ));
-        glommio::spawn_local(crate::process::admin::serve(admin.clone(), listener)).detach();
-        *self.admin.borrow_mut() = Some(admin);
+        let ino = inode(fd);
+        if let Some(cur) = self
+            .admin
+            .borrow()
+            .as_ref()
+            .filter(|a| a.inode == ino && ino != 0)
+        {
+            // The same socket: keep accepting on it (closing and reopening
+            // the loop could drop a connection already accepted for it),
+            // answer from the new runtime from now on.
+            // SAFETY: `fd` is a duplicate this shard owns and does not use.
+            unsafe { libc::close(fd) };
+            *cur.shard.borrow_mut() = admin;
+            return Ok(());
+        }
+        if let Some(old) = self.admin.borrow_mut().take() {
+            old.stop.close();
+        }
+        let listener = Listener::from_fd(fd, &self.driver).map_err(|e| format!("admin: {e}"))?;
+        let cell = Rc::new(RefCell::new(admin));
+        let stop = Rc::new(Semaphore::new(0));
+        glommio::spawn_local(crate::process::admin::serve(
+            cell.clone(),
+            stop.clone(),
+            listener,
+        ))
+        .detach();
+        *self.admin.borrow_mut() = Some(AdminLoop {
+            inode: ino,
+            shard: cell,
+            stop,
+        });
         Ok(())
     }
 
@@ -217,7 +269,7 @@ impl Local {
         })
         .detach();
         if let Some(a) = self.admin.borrow_mut().take() {
-            a.shutdown.close();
+            a.stop.close();
         }
         self.stopped.close();
     }
