@@ -154,7 +154,7 @@ impl Runtime {
     /// Builds the runtime a reload applies: like [`Runtime::new`], but the
     /// admission tables of `prev` are kept when their size is unchanged (a
     /// drained bucket stays drained, a held connection count stays held),
-    /// and so are the listener counters when the listener count is. Returns
+    /// and so are the counters (a listener's or a cluster's by its name). Returns
     /// a line for the log about each table that starts empty instead.
     pub fn reloaded(config: Config, shard_count: usize, prev: &Runtime) -> (Runtime, Vec<String>) {
         let mut notes = Vec::new();
@@ -241,19 +241,15 @@ impl Runtime {
             proxy_protocol: ms(l.proxy_protocol_timeout_ms),
         };
         let request_limits = l.request_limits();
-        let metrics = match prev {
-            Some(p)
-                if p.listeners.len() == listeners.len()
-                    && p.up.clusters.len() == up.clusters.len() =>
-            {
-                p.metrics.clone()
-            }
-            _ => Arc::new(Metrics::new(
-                shard_count,
-                listeners.len(),
-                up.clusters.len(),
-            )),
-        };
+        // Per-listener and per-cluster series are kept by name.
+        let lnames: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
+        let cnames: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let metrics = Arc::new(Metrics::named(
+            shard_count,
+            &lnames,
+            &cnames,
+            prev.map(|p| &*p.metrics),
+        ));
         let rate_table = match prev {
             Some(p) if p.config.limits.rate_limit_entries == l.rate_limit_entries => {
                 p.rate_table.clone()

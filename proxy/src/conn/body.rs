@@ -291,7 +291,7 @@ impl Download<'_> {
         let dechunk = http10 && self.resp.body == ResponseBody::Chunked;
         let client_keep = self.req.keep_alive
             && self.body_read.get()
-            && !shard.draining.get()
+            && !shard.closing.get()
             && self.resp.body != ResponseBody::CloseDelimited
             && !dechunk;
         {

@@ -184,7 +184,7 @@ impl Conn {
         }
         shard.counters.response(li, status);
         if end.upstream_reusable && x.resp.keep_alive && body_done {
-            shard.pool.put(ep, up, shard.driver.now());
+            shard.return_upstream(ep, up);
         }
         Ok(if end.client_keep && body_done {
             Next::KeepAlive

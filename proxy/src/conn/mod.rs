@@ -281,8 +281,11 @@ pub async fn serve(shard: Rc<Shard>, li: usize, client: Sock, peer: SocketAddr) 
     let counters = shard.counters.clone();
     counters.connection_opened(li);
     counters.listeners[li].connections.inc();
-    let mut conn = Conn::new(shard.clone(), li, client, peer);
+    let mut conn = Conn::new(shard, li, client, peer);
     conn.run().await;
+    // The generation it ended on (the accepting one is not pinned; they
+    // share the connection count).
+    let shard = conn.shard.clone();
     drop(conn);
     counters.connection_closed(li);
     shard.connection_closed();
@@ -317,27 +320,31 @@ impl Conn {
     }
 
     async fn run(&mut self) {
-        let shard = self.shard.clone();
-        let lst = &shard.rt.listeners[self.li];
-        if lst.proxy_protocol {
-            if let Err(why) = self.read_proxy_header().await {
-                // `None`: refused for want of a request state, answered.
-                if let Some(why) = why {
-                    shard.counters.refused(why);
+        // The accepting generation is held for the prelude only: a
+        // connection then runs on the generation of its current request.
+        {
+            let shard = self.shard.clone();
+            let lst = &shard.rt.listeners[self.li];
+            if lst.proxy_protocol {
+                if let Err(why) = self.read_proxy_header().await {
+                    // `None`: refused for want of a request state, answered.
+                    if let Some(why) = why {
+                        shard.counters.refused(why);
+                    }
+                    return;
                 }
-                return;
             }
-        }
-        if let Some(filter) = &lst.clients {
-            if !filter.admits(self.ip) {
-                shard.counters.refused(ConnRefusal::ClientDenied);
-                return;
+            if let Some(filter) = &lst.clients {
+                if !filter.admits(self.ip) {
+                    shard.counters.refused(ConnRefusal::ClientDenied);
+                    return;
+                }
             }
-        }
-        if let Some(tls) = &lst.tls {
-            if !self.start_tls(tls).await {
-                self.close_gracefully().await;
-                return;
+            if let Some(tls) = &lst.tls {
+                if !self.start_tls(tls).await {
+                    self.close_gracefully().await;
+                    return;
+                }
             }
         }
         let mut first = true;

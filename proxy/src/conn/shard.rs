@@ -5,8 +5,9 @@
 //! exchange takes what it needs from it and never reaches back up.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::rc::{Rc, Weak};
+use std::sync::{Arc, Mutex};
 
 use glommio::sync::{Gate, Semaphore};
 use zgix_parser::{RequestParser, ResponseParser};
@@ -31,7 +32,11 @@ pub struct Shard {
     pub seen: crate::upstream::resolver::SeenGenerations,
     /// This shard's access-log ring, when the access log is on.
     pub access_log: Option<crate::observe::access_log::ShardLog>,
-    /// Set once the shard drains (shared by its generations).
+    /// Set once the shard drains (shared by its generations): answers
+    /// carry `Connection: close` from then on.
+    pub closing: Rc<Cell<bool>>,
+    /// Set once the drain's grace for idle keep-alive connections is over
+    /// (shared by its generations): a connection that goes idle closes.
     pub draining: Rc<Cell<bool>>,
     /// Never holds permits: closing it wakes every task waiting on it (the
     /// drain closes every generation's).
@@ -64,8 +69,36 @@ pub struct Shard {
     pub in_flight: Rc<Cell<usize>>,
     /// The configuration generation this shard state belongs to (1 at start).
     pub generation: u64,
-    /// The next generation, once a reload made one (see [`crate::process::generation`]).
-    pub successor: RefCell<Option<Rc<Shard>>>,
+    /// The newest generation of this shard, shared by all of them (see
+    /// [`crate::process::generation`]). Weak: a generation does not keep a
+    /// newer (or an older) one alive, only its connections and requests do.
+    pub newest: Rc<RefCell<Weak<Shard>>>,
+    /// Set once a newer generation replaced this one: its pool is emptied
+    /// and connections returned to it go to the newest generation's pool
+    /// (same endpoint address) or close.
+    pub retired: Cell<bool>,
+}
+
+/// Live shard states by generation number (all shards, admin included).
+static LIVE: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+
+/// How many configuration generations are alive in this process (each
+/// counted once however many shards hold it): 1 when every connection runs
+/// on the current config.
+pub fn generations_live() -> usize {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = live.get_mut(&self.generation) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.generation);
+            }
+        }
+    }
 }
 
 impl Shard {
@@ -80,6 +113,11 @@ impl Shard {
     ) -> Shard {
         let l = &rt.config.limits;
         let shards = rt.metrics.shards.len();
+        *LIVE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(generation)
+            .or_default() += 1;
         Shard {
             id,
             counters: rt.metrics.shards[id].clone(),
@@ -96,6 +134,7 @@ impl Shard {
                 .as_ref()
                 .map(|a| a.shard(id, rt.metrics.shards[id].clone(), l.max_request_line)),
             draining: prev.map_or_else(Default::default, |p| p.draining.clone()),
+            closing: prev.map_or_else(Default::default, |p| p.closing.clone()),
             shutdown: Semaphore::new(0),
             gate: prev.map_or_else(|| Rc::new(Gate::new()), |p| p.gate.clone()),
             req_parser: RequestParser::new(rt.request_limits),
@@ -114,7 +153,8 @@ impl Shard {
             request_futures: Default::default(),
             in_flight: prev.map_or_else(Default::default, |p| p.in_flight.clone()),
             generation,
-            successor: RefCell::new(None),
+            newest: prev.map_or_else(Default::default, |p| p.newest.clone()),
+            retired: Cell::new(false),
             rt,
         }
     }
@@ -123,6 +163,47 @@ impl Shard {
     pub fn request_started(&self) -> InFlight<'_> {
         self.in_flight.set(self.in_flight.get() + 1);
         InFlight(&self.in_flight)
+    }
+
+    /// A newer generation replaced this one: idle upstream connections move
+    /// to `next`'s pool when it has an endpoint of the same address (else
+    /// they close), and so will connections in use now when they are
+    /// returned; the request-state caches are let go.
+    pub fn retire(&self, next: &Shard) {
+        self.retired.set(true);
+        let now = self.driver.now();
+        let fresh = self.rt.timeouts.upstream_pool_idle;
+        for (ep, addr) in self.rt.up.endpoints.iter().enumerate() {
+            let to = next.rt.up.endpoints.iter().position(|a| a == addr);
+            // Oldest first, so the newest ends up on top of the new pool.
+            while let Some((s, since)) = self.pool.take_oldest(ep) {
+                if let Some(to) = to.filter(|_| now.duration_since(since) < fresh) {
+                    next.pool.adopt(to, s, since);
+                }
+            }
+        }
+        self.pool.clear();
+        self.exchanges.borrow_mut().clear();
+        self.request_futures.trim();
+    }
+
+    /// An upstream connection whose exchange ended cleanly, back to the
+    /// pool: this generation's, or the newest's once this one is retired.
+    pub fn return_upstream(&self, ep: usize, sock: crate::io::Sock) {
+        let now = self.driver.now();
+        if !self.retired.get() {
+            return self.pool.put(ep, sock, now);
+        }
+        let Some(next) = self.newest.borrow().upgrade() else {
+            return;
+        };
+        if next.retired.get() {
+            return;
+        }
+        let addr = self.rt.up.endpoints[ep];
+        if let Some(to) = next.rt.up.endpoints.iter().position(|a| *a == addr) {
+            next.pool.put(to, sock, now);
+        }
     }
 
     /// A connection closed: wake an accept loop paused at the cap.
@@ -154,21 +235,15 @@ pub enum Follow {
     Close,
 }
 
-/// Finds the newest generation after `shard` and the connection's listener
+/// Finds the newest generation (when it is not `shard`'s) and the connection's listener
 /// in it (by its configured `bind`). Called by a connection between two
 /// requests, holding no request state; on `Move` it replaces its
 /// `Rc<Shard>` with `*shard` and its listener index with the one returned.
 pub fn follow(shard: &mut Rc<Shard>, li: usize) -> Follow {
-    let Some(mut newest) = shard.successor.borrow().clone() else {
+    let newest = shard.newest.borrow().upgrade();
+    let Some(newest) = newest.filter(|n| !Rc::ptr_eq(n, shard)) else {
         return Follow::Stay;
     };
-    loop {
-        let next = newest.successor.borrow().clone();
-        match next {
-            Some(n) => newest = n,
-            None => break,
-        }
-    }
     let key = shard.rt.listeners[li].bind;
     match newest.rt.listeners.iter().position(|l| l.bind == key) {
         Some(index) => {

@@ -1,5 +1,6 @@
 //! The admin listener (shard 0 only): `GET /metrics` in the Prometheus text format and `GET /health`.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use zgix_parser::{RequestHead, Status};
@@ -8,24 +9,29 @@ use crate::conn::shard::Shard;
 use crate::io::{Listener, Sock};
 use crate::observe::metrics::TableGauges;
 
-/// Accepts admin connections until the shard drains.
-pub async fn serve(shard: Rc<Shard>, listener: Listener) {
+/// Accepts admin connections until `stop` closes (the drain, or the admin
+/// socket replaced); each is answered from the shard state `shard` holds
+/// when it arrives (a reload swaps it).
+pub async fn serve(
+    shard: Rc<RefCell<Rc<Shard>>>,
+    stop: Rc<glommio::sync::Semaphore>,
+    listener: Listener,
+) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            let _ = shard.shutdown.acquire(1).await;
+            let _ = stop.acquire(1).await;
             None
         })
         .await;
         match accepted {
             None => return,
             Some(Ok((s, _peer))) => {
-                glommio::spawn_local(handle(shard.clone(), s)).detach();
+                let current = shard.borrow().clone();
+                glommio::spawn_local(handle(current, s)).detach();
             }
             Some(Err(_)) => {
-                shard
-                    .driver
-                    .sleep(std::time::Duration::from_millis(10))
-                    .await;
+                let driver = shard.borrow().driver.clone();
+                driver.sleep(std::time::Duration::from_millis(10)).await;
             }
         }
     }

@@ -6,12 +6,18 @@
 //! every shard's [`Mailbox`] with the listening sockets that shard serves
 //! from now on. The shard makes a new [`Shard`](crate::conn::shard::Shard) around it (a *generation*)
 //! and points every kept listener's accept loop at it, so connections
-//! accepted from then on run on the new config. A connection already open
-//! keeps the `Rc<Shard>` it was accepted with — and so the runtime, the
-//! listener index, the upstream pool and the counters of its generation —
-//! until it follows [`Shard::successor`](crate::conn::shard::Shard::successor) between two requests (see
-//! [`follow`](crate::conn::shard::follow)) or closes. The request path never locks and never looks
-//! the runtime up: a generation's runtime is fixed.
+//! accepted from then on run on the new config. An accept loop holds no
+//! generation while it waits. A connection keeps the `Rc<Shard>` it runs on
+//! — and so the runtime, the listener index and the counters of its
+//! generation — until its next request starts, which moves it to the
+//! newest generation ([`Shard::newest`](crate::conn::shard::Shard::newest), see
+//! [`follow`](crate::conn::shard::follow)), or until it closes. Generations
+//! do not reference each other (`newest` is weak), so a retired one is freed
+//! as soon as no connection runs on it; [`Shard::retire`](crate::conn::shard::Shard::retire)
+//! empties its upstream pool at once (idle connections move to the new
+//! pool when it has an endpoint of the same address) and an upstream
+//! connection returned to it later goes the same way. The request path never
+//! locks and never looks the runtime up: a generation's runtime is fixed.
 //!
 //! What generations of one shard share (`Rc` fields of [`Shard`](crate::conn::shard::Shard)): the
 //! connection count and its cap waiters, the gate the drain waits on, the
@@ -57,7 +63,8 @@ pub enum Command {
     /// Stop accepting on every listener and serve what was already accepted
     /// (the listening sockets went to a new process).
     StopAccepting,
-    /// Stop accepting, close idle connections, finish within the drain timeout.
+    /// Stop accepting, close idle connections after a short grace (see
+    /// `process::shard::IDLE_GRACE`), finish within the drain timeout.
     Drain,
 }
 

@@ -43,11 +43,15 @@ pub fn render(out: &mut String) {
          zgix_config_generation {}\n\
          # HELP zgix_draining 1 while the process drains before exiting.\n\
          # TYPE zgix_draining gauge\n\
-         zgix_draining {}",
+         zgix_draining {}\n\
+         # HELP zgix_generations_live Configuration generations still alive (the current one, and each older one a connection or request still runs on).\n\
+         # TYPE zgix_generations_live gauge\n\
+         zgix_generations_live {}",
         l.reloads_applied.load(Relaxed),
         l.reloads_rejected.load(Relaxed),
         l.generation.load(Relaxed),
         u8::from(l.draining.load(Relaxed)),
+        crate::conn::shard::generations_live(),
     );
 }
 

@@ -351,12 +351,20 @@ impl Server {
     ) -> Result<(Vec<Bound>, Option<Bound>), String> {
         let (mut from_old, mut old_admin) = inherited.unwrap_or_default();
         let mut errors = Vec::new();
-        let mut out = Vec::new();
+        // The sockets held now, by position: a kept one is taken out, and a
+        // failure puts it back where it was (the current runtime's indices).
+        let mut held: Vec<Option<Bound>> = std::mem::take(&mut self.listeners)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut out: Vec<(Option<usize>, Bound)> = Vec::new();
         for (i, l) in rt.listeners.iter().enumerate() {
-            let pos = self.listeners.iter().position(|b| b.key == l.bind);
+            let pos = held
+                .iter()
+                .position(|b| b.as_ref().is_some_and(|b| b.key == l.bind));
             let handed = from_old.iter().position(|(k, _)| *k == l.bind);
             let mut b = match (pos, handed) {
-                (Some(p), _) => self.listeners.remove(p),
+                (Some(p), _) => held[p].take().expect("found above"),
                 (None, Some(h)) => {
                     let (key, fds) = from_old.remove(h);
                     let actual = crate::io::local_addr(fds[0].as_raw_fd()).unwrap_or(key);
@@ -383,12 +391,16 @@ impl Server {
                     }
                 }
             }
-            out.push(b);
+            out.push((pos, b));
         }
+        let mut admin_kept = false;
         let admin = match rt.config.admin.as_ref().map(|a| a.bind) {
             None => None,
             Some(bind) => match (&self.admin, &mut old_admin) {
-                (Some(a), _) if a.key == bind => self.admin.take(),
+                (Some(a), _) if a.key == bind => {
+                    admin_kept = true;
+                    self.admin.take()
+                }
                 (_, Some((k, _))) if *k == bind => old_admin.take().map(|(key, fd)| Bound {
                     key,
                     actual: crate::io::local_addr(fd.as_raw_fd()).unwrap_or(key),
@@ -408,18 +420,23 @@ impl Server {
             },
         };
         if !errors.is_empty() {
-            // Give the kept sockets back; new ones close as they drop.
-            for b in out {
-                if self.listeners.iter().all(|x| x.key != b.key) {
-                    self.listeners.push(b);
+            // Nothing changes: the kept sockets go back in their places (a
+            // socket kept but topped up loses only the new ones), every
+            // socket bound here closes as it drops.
+            for (pos, b) in out {
+                if let Some(p) = pos {
+                    held[p] = Some(b);
                 }
             }
-            if let (None, Some(a)) = (&self.admin, admin) {
-                self.admin = Some(a);
+            self.listeners = held.into_iter().flatten().collect();
+            if admin_kept {
+                self.admin = admin;
             }
             return Err(errors.join("; "));
         }
-        Ok((out, admin))
+        // Listeners the new runtime drops stay in `self` for the caller.
+        self.listeners = held.into_iter().flatten().collect();
+        Ok((out.into_iter().map(|(_, b)| b).collect(), admin))
     }
 
     /// Shard `i`'s part of the current generation: duplicates of the sockets
@@ -505,6 +522,16 @@ impl Server {
             .all(|(m, s)| m.wait(s, until))
     }
 
+    /// A reload was rejected after claiming its guards: hold exactly the
+    /// current config's again (the new addresses' guards close).
+    fn unclaim(&mut self) {
+        if let Err(errors) = self.guards.claim(&guarded(&self.rt.config)) {
+            for e in &errors {
+                crate::log_warn!("server", "reload: {e}");
+            }
+        }
+    }
+
     /// SIGHUP: validate the file like `--check`; apply it or keep serving.
     fn reload(&mut self) {
         let g = self.generation;
@@ -536,6 +563,7 @@ impl Server {
             for e in &errors {
                 crate::log_error!("server", "reload: {e}");
             }
+            self.unclaim();
             return rejected("a listen address is served by another instance");
         }
         // Certificates and keys are read again: a file that does not load
@@ -546,6 +574,7 @@ impl Server {
                 for e in &errors {
                     crate::log_error!("server", "reload: {e}");
                 }
+                self.unclaim();
                 return rejected(&format!("{} error(s)", errors.len()));
             }
         };
@@ -563,6 +592,7 @@ impl Server {
                     Ok(log) => rt.access_log = Some(Arc::new(log)),
                     Err(e) => {
                         crate::log_error!("server", "reload: {e}");
+                        self.unclaim();
                         return rejected("cannot open the access log");
                     }
                 }
@@ -579,6 +609,10 @@ impl Server {
             Ok(x) => x,
             Err(e) => {
                 crate::log_error!("server", "reload: {e}");
+                if let (Some(new), Some(_)) = (&rt.access_log, &stop_old_log) {
+                    new.stop();
+                }
+                self.unclaim();
                 return rejected("cannot bind");
             }
         };

@@ -25,6 +25,11 @@ pub const IO_MEMORY: usize = 256 << 10;
 /// How often a shard publishes its engine counters and sweeps its pools.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a drain leaves idle keep-alive connections open (at most half
+/// the drain timeout): requests that reach one meanwhile are answered with
+/// `Connection: close`.
+pub const IDLE_GRACE: Duration = Duration::from_millis(1000);
+
 /// What a shard reports once it accepts on its first generation's sockets
 /// (or why it cannot).
 pub type BindReport = Result<(), String>;
@@ -57,14 +62,35 @@ struct Local {
     gens: RefCell<Vec<Weak<Shard>>>,
     /// One entry per listening socket this shard accepts on.
     listeners: RefCell<Vec<Rc<Entry>>>,
-    /// The admin endpoint's own shard state: closing its `shutdown` ends the
-    /// admin task of a generation without touching client connections.
-    admin: RefCell<Option<Rc<Shard>>>,
+    /// The admin endpoint's accept loop, kept across generations while its
+    /// socket is the same (a reload swaps the shard state it answers from).
+    admin: RefCell<Option<AdminLoop>>,
     /// Every accept loop runs in it: closing it waits until each has served
     /// what its socket had already accepted.
     accepts: RefCell<Rc<Gate>>,
     /// Closed when the drain starts.
     stopped: Semaphore,
+}
+
+/// The admin socket's accept loop: the socket's inode (its identity across
+/// the duplicates each generation brings), the shard state it answers
+/// from, and the semaphore closed to stop it.
+struct AdminLoop {
+    inode: u64,
+    shard: Rc<RefCell<Rc<Shard>>>,
+    stop: Rc<Semaphore>,
+}
+
+/// The inode of a socket descriptor (0 if `fstat` fails).
+fn inode(fd: RawFd) -> u64 {
+    // SAFETY: fstat on a descriptor the caller owns, into plain data.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return 0;
+        }
+        st.st_ino
+    }
 }
 
 /// One listening socket's accept loop.
@@ -101,9 +127,10 @@ impl Local {
             Some(&prev),
             up.generation,
         ));
-        *prev.successor.borrow_mut() = Some(next.clone());
-        // Its endpoints' indices mean nothing to the new runtime.
-        prev.pool.clear();
+        *next.newest.borrow_mut() = Rc::downgrade(&next);
+        // Its idle upstream connections move to the new pool (same
+        // endpoint address) or close; it keeps nothing a request does not use.
+        prev.retire(&next);
         self.gens.borrow_mut().push(Rc::downgrade(&next));
         *self.current.borrow_mut() = next.clone();
         up.rt.metrics.shards[self.id]
@@ -159,11 +186,12 @@ impl Local {
     }
 
     fn serve_admin(&self, shard: &Rc<Shard>, fd: Option<RawFd>) -> Result<(), String> {
-        if let Some(old) = self.admin.borrow_mut().take() {
-            old.shutdown.close();
-        }
-        let Some(fd) = fd else { return Ok(()) };
-        let listener = Listener::from_fd(fd, &self.driver).map_err(|e| format!("admin: {e}"))?;
+        let Some(fd) = fd else {
+            if let Some(old) = self.admin.borrow_mut().take() {
+                old.stop.close();
+            }
+            return Ok(());
+        };
         let admin = Rc::new(Shard::new(
             self.id,
             shard.rt.clone(),
@@ -171,8 +199,38 @@ impl Local {
             Some(shard),
             shard.generation,
         ));
-        glommio::spawn_local(crate::process::admin::serve(admin.clone(), listener)).detach();
-        *self.admin.borrow_mut() = Some(admin);
+        let ino = inode(fd);
+        if let Some(cur) = self
+            .admin
+            .borrow()
+            .as_ref()
+            .filter(|a| a.inode == ino && ino != 0)
+        {
+            // The same socket: keep accepting on it (closing and reopening
+            // the loop could drop a connection already accepted for it),
+            // answer from the new runtime from now on.
+            // SAFETY: `fd` is a duplicate this shard owns and does not use.
+            unsafe { libc::close(fd) };
+            *cur.shard.borrow_mut() = admin;
+            return Ok(());
+        }
+        if let Some(old) = self.admin.borrow_mut().take() {
+            old.stop.close();
+        }
+        let listener = Listener::from_fd(fd, &self.driver).map_err(|e| format!("admin: {e}"))?;
+        let cell = Rc::new(RefCell::new(admin));
+        let stop = Rc::new(Semaphore::new(0));
+        glommio::spawn_local(crate::process::admin::serve(
+            cell.clone(),
+            stop.clone(),
+            listener,
+        ))
+        .detach();
+        *self.admin.borrow_mut() = Some(AdminLoop {
+            inode: ino,
+            shard: cell,
+            stop,
+        });
         Ok(())
     }
 
@@ -189,17 +247,29 @@ impl Local {
         let _ = gate.close().await;
     }
 
-    fn begin_drain(&self) {
+    fn begin_drain(self: &Rc<Self>) {
         let cur = self.current();
-        if cur.draining.replace(true) {
+        if cur.closing.replace(true) {
             return;
         }
         self.stop_accepting();
-        for g in self.live_gens() {
-            g.shutdown.close();
-        }
+        // Idle keep-alive connections are closed only after a grace: a
+        // request already on the wire to one is answered (with
+        // `Connection: close`, as every answer while draining) instead of
+        // meeting a closed socket. On an upgrade the new process accepts
+        // already, so its client reconnects there.
+        let grace = IDLE_GRACE.min(cur.rt.timeouts.drain / 2);
+        let local = self.clone();
+        glommio::spawn_local(async move {
+            local.driver.sleep(grace).await;
+            local.current().draining.set(true);
+            for g in local.live_gens() {
+                g.shutdown.close();
+            }
+        })
+        .detach();
         if let Some(a) = self.admin.borrow_mut().take() {
-            a.shutdown.close();
+            a.stop.close();
         }
         self.stopped.close();
     }
@@ -240,6 +310,7 @@ pub async fn run(
         .set_driver(driver.kind().as_str());
     mailbox.set_notifier(driver.notifier());
     let shard = Rc::new(Shard::new(id, rt, driver.clone(), None, first.generation));
+    *shard.newest.borrow_mut() = Rc::downgrade(&shard);
     let driver_task = glommio::spawn_local(driver.clone().run());
     let local = Rc::new(Local {
         id,
@@ -334,13 +405,14 @@ async fn watch(local: Rc<Local>, mailbox: Arc<Mailbox>) {
     }
 }
 
-/// Waits until this shard holds fewer connections than its cap.
-async fn below_cap(shard: &Shard) {
+/// Waits until this shard holds fewer connections than `max` (the count
+/// and the waiters are shared by every generation: holding them pins none).
+async fn below_cap(open: Rc<Cell<usize>>, max: usize, waiters: Rc<RefCell<Vec<std::task::Waker>>>) {
     std::future::poll_fn(|cx| {
-        if shard.open_connections.get() < shard.max_connections {
+        if open.get() < max {
             return std::task::Poll::Ready(());
         }
-        shard.capacity_waiters.borrow_mut().push(cx.waker().clone());
+        waiters.borrow_mut().push(cx.waker().clone());
         std::task::Poll::Pending
     })
     .await
@@ -351,29 +423,41 @@ async fn below_cap(shard: &Shard) {
 /// queues them before the loop asks).
 const STOP_GRACE: Duration = Duration::from_millis(50);
 
+/// Accepts into the generation `entry` points at when each connection
+/// arrives; holds no generation while it waits (only the driver and the
+/// counts every generation shares).
 async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
     let mut last_log: Option<Instant> = None;
+    let (id, driver) = {
+        let s = entry.shard.borrow();
+        (s.id, s.driver.clone())
+    };
     loop {
-        let shard = entry.shard.borrow().clone();
-        let counters = shard.counters.clone();
-        if shard.open_connections.get() >= shard.max_connections {
+        let (at_cap, open, max, waiters) = {
+            let s = entry.shard.borrow();
+            (
+                s.open_connections.get() >= s.max_connections,
+                s.open_connections.clone(),
+                s.max_connections,
+                s.capacity_waiters.clone(),
+            )
+        };
+        if at_cap {
             // At the cap: stop taking connections (the backlog holds them)
             // instead of accepting and refusing, or spinning on EMFILE.
             listener.pause();
-            counters.engine.accept_pauses.inc();
-            let now = shard.driver.now();
+            entry.shard.borrow().counters.engine.accept_pauses.inc();
+            let now = driver.now();
             if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
                 last_log = Some(now);
                 crate::log_warn!(
                     "shard",
-                    "shard {} at its connection cap ({}); accepting paused",
-                    shard.id,
-                    shard.max_connections
+                    "shard {id} at its connection cap ({max}); accepting paused"
                 );
             }
             let resumed = or(
                 async {
-                    below_cap(&shard).await;
+                    below_cap(open, max, waiters).await;
                     true
                 },
                 async {
@@ -399,14 +483,19 @@ async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
                 spawn_connection(&entry.shard.borrow().clone(), entry.index.get(), sock, peer)
             }
             Some(Err(e)) => {
-                counters.engine.accept_error(e.raw_os_error().unwrap_or(0));
-                let now = shard.driver.now();
+                entry
+                    .shard
+                    .borrow()
+                    .counters
+                    .engine
+                    .accept_error(e.raw_os_error().unwrap_or(0));
+                let now = driver.now();
                 if last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
                     last_log = Some(now);
-                    crate::log_warn!("shard", "shard {}: accept failed: {e}", shard.id);
+                    crate::log_warn!("shard", "shard {id}: accept failed: {e}");
                 }
                 // Out of descriptors or memory: back off instead of spinning.
-                shard.driver.sleep(Duration::from_millis(10)).await;
+                driver.sleep(Duration::from_millis(10)).await;
             }
         }
     }
@@ -414,9 +503,8 @@ async fn accept_loop(entry: Rc<Entry>, listener: Listener) {
     // already accepted for us, then close this shard's socket (others — in
     // this process or the one the sockets were handed to — keep accepting).
     listener.pause();
-    let shard = entry.shard.borrow().clone();
-    while let Some(Ok((sock, peer))) = shard.driver.timeout(STOP_GRACE, listener.accept()).await {
-        spawn_connection(&shard, entry.index.get(), sock, peer);
+    while let Some(Ok((sock, peer))) = driver.timeout(STOP_GRACE, listener.accept()).await {
+        spawn_connection(&entry.shard.borrow().clone(), entry.index.get(), sock, peer);
     }
 }
 

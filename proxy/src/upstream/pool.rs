@@ -89,6 +89,21 @@ impl<S> Pool<S> {
         got
     }
 
+    /// The oldest idle connection to `endpoint` and since when it is idle
+    /// (a retired pool handing its connections over; see `adopt`).
+    pub fn take_oldest(&self, endpoint: usize) -> Option<(S, Instant)> {
+        let mut s = self.slots[endpoint].borrow_mut();
+        let i = s.idle.pop_front()?;
+        s.low = s.low.min(s.idle.len());
+        Some((i.stream, i.since))
+    }
+
+    /// Takes over an idle connection from another pool, keeping its age
+    /// (so the idle timeout still counts from its last exchange).
+    pub fn adopt(&self, endpoint: usize, stream: S, since: Instant) {
+        self.put(endpoint, stream, since);
+    }
+
     /// Returns a connection whose last exchange ended cleanly. Past `max_idle`
     /// the oldest idle connection is closed to make room.
     pub fn put(&self, endpoint: usize, stream: S, now: Instant) {
@@ -263,5 +278,22 @@ mod tests {
         pool.retire(0);
         assert_eq!((pool.idle(0), pool.idle(1)), (0, 4));
         assert_eq!(pool.take(1, t), Some(5), "newest first");
+    }
+
+    #[test]
+    fn a_handed_over_connection_keeps_its_age() {
+        let old: Pool<u32> = Pool::new(1, 8, Duration::from_millis(100));
+        let new: Pool<u32> = Pool::new(2, 8, Duration::from_millis(100));
+        let t = Instant::now();
+        old.put(0, 1, t);
+        old.put(0, 2, t + Duration::from_millis(60));
+        while let Some((c, since)) = old.take_oldest(0) {
+            new.adopt(1, c, since);
+        }
+        assert_eq!(old.idle(0), 0);
+        assert_eq!(new.idle(1), 2);
+        // 1 is past the idle timeout at 110 ms; 2 (newest, on top) is not.
+        assert_eq!(new.take(1, t + Duration::from_millis(110)), Some(2));
+        assert_eq!(new.take(1, t + Duration::from_millis(110)), None);
     }
 }

@@ -186,10 +186,11 @@ pub struct ClusterCounters {
     pub errors: [Counter; UpstreamError::ALL.len()],
 }
 
-/// Everything one shard counts. Aligned so two shards never share a line.
+/// What one shard counts outside any listener or cluster. Aligned so two
+/// shards never share a line. Kept across reloads.
 #[repr(align(128))]
 #[derive(Default)]
-pub struct ShardCounters {
+pub struct CoreCounters {
     pub rate_limited: Counter,
     pub rate_limit_full: Counter,
     pub conn_limited: Counter,
@@ -208,20 +209,44 @@ pub struct ShardCounters {
     /// Access-log lines queued, and lines dropped because the ring was full.
     pub access_log_lines: Counter,
     pub access_log_dropped: Counter,
-    pub listeners: Box<[ListenerCounters]>,
-    pub clusters: Box<[ClusterCounters]>,
     /// Driver, accept and tunnel counters.
     pub engine: crate::observe::engine_metrics::EngineCounters,
+}
+
+impl CoreCounters {
+    #[inline]
+    pub fn upstream_error(&self, kind: UpstreamError) {
+        self.upstream_errors[kind as usize].inc();
+    }
+    #[inline]
+    pub fn refused(&self, why: ConnRefusal) {
+        self.refused_connections[why as usize].inc();
+    }
+}
+
+/// Everything one shard counts, as one generation's runtime indexes it: the
+/// listener and cluster blocks are in that runtime's order, each shared with
+/// every generation that has a listener (cluster) of the same name, so a
+/// series follows its name across reloads that reorder, add or remove.
+pub struct ShardCounters {
+    pub core: std::sync::Arc<CoreCounters>,
+    pub listeners: Box<[std::sync::Arc<ListenerCounters>]>,
+    pub clusters: Box<[std::sync::Arc<ClusterCounters>]>,
+}
+
+impl std::ops::Deref for ShardCounters {
+    type Target = CoreCounters;
+    fn deref(&self) -> &CoreCounters {
+        &self.core
+    }
 }
 
 impl ShardCounters {
     pub fn new(listeners: usize, clusters: usize) -> ShardCounters {
         ShardCounters {
-            listeners: (0..listeners)
-                .map(|_| ListenerCounters::default())
-                .collect(),
-            clusters: (0..clusters).map(|_| ClusterCounters::default()).collect(),
-            ..Default::default()
+            core: Default::default(),
+            listeners: (0..listeners).map(|_| Default::default()).collect(),
+            clusters: (0..clusters).map(|_| Default::default()).collect(),
         }
     }
     /// A response written to a client of `listener`, by status code.
@@ -230,19 +255,11 @@ impl ShardCounters {
         let code = status.clamp(*STATUS_CODES.start(), *STATUS_CODES.end());
         self.listeners[listener].codes[(code - STATUS_CODES.start()) as usize].inc();
     }
-    #[inline]
-    pub fn upstream_error(&self, kind: UpstreamError) {
-        self.upstream_errors[kind as usize].inc();
-    }
     /// An upstream failure in `cluster` (also counted in the unlabelled total).
     #[inline]
     pub fn cluster_upstream_error(&self, cluster: usize, kind: UpstreamError) {
         self.upstream_error(kind);
         self.clusters[cluster].errors[kind as usize].inc();
-    }
-    #[inline]
-    pub fn refused(&self, why: ConnRefusal) {
-        self.refused_connections[why as usize].inc();
     }
     /// An admission event on `listener`: counted for the listener and in the
     /// shard's total under the specification's name.
@@ -311,27 +328,81 @@ pub fn new_latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_MAX_US, LATENCY_SIGFIG).expect("static bounds are valid")
 }
 
-/// The process-wide registry: one counters block and one histogram set per shard.
+/// One runtime's registry: one counters block and one histogram set per
+/// shard, in that runtime's listener and cluster order.
 pub struct Metrics {
     pub shards: Vec<std::sync::Arc<ShardCounters>>,
     /// Per shard, per listener: latency folded in by the shard's tick task.
     pub latency: Vec<Mutex<Vec<Histogram<u64>>>>,
     /// When the registry (the process) started, in Unix seconds.
     pub start_time: f64,
+    /// The names the listener and cluster blocks are shared by.
+    listener_names: Vec<String>,
+    cluster_names: Vec<String>,
 }
 
 impl Metrics {
     pub fn new(shards: usize, listeners: usize, clusters: usize) -> Metrics {
+        let l: Vec<String> = (0..listeners).map(|i| format!("#{i}")).collect();
+        let c: Vec<String> = (0..clusters).map(|i| format!("#{i}")).collect();
+        Metrics::named(shards, &l, &c, None)
+    }
+
+    /// A registry for listeners and clusters of these names, in this order:
+    /// each block is `prev`'s of the same name when it has one (counts go
+    /// on), else new; the shard-wide counters are `prev`'s.
+    pub fn named(
+        shards: usize,
+        listeners: &[String],
+        clusters: &[String],
+        prev: Option<&Metrics>,
+    ) -> Metrics {
+        fn pick<T: Default>(
+            names: &[String],
+            prev_names: &[String],
+            prev: Option<&[std::sync::Arc<T>]>,
+        ) -> Box<[std::sync::Arc<T>]> {
+            names
+                .iter()
+                .map(|n| {
+                    prev.and_then(|p| Some(p[prev_names.iter().position(|x| x == n)?].clone()))
+                        .unwrap_or_default()
+                })
+                .collect()
+        }
+        let (pl, pc) = prev.map_or((&[][..], &[][..]), |p| {
+            (&p.listener_names[..], &p.cluster_names[..])
+        });
         Metrics {
             shards: (0..shards)
-                .map(|_| std::sync::Arc::new(ShardCounters::new(listeners, clusters)))
+                .map(|i| {
+                    let old = prev.and_then(|p| p.shards.get(i));
+                    std::sync::Arc::new(ShardCounters {
+                        core: old.map_or_else(Default::default, |o| o.core.clone()),
+                        listeners: pick(listeners, pl, old.map(|o| &o.listeners[..])),
+                        clusters: pick(clusters, pc, old.map(|o| &o.clusters[..])),
+                    })
+                })
                 .collect(),
             latency: (0..shards)
-                .map(|_| Mutex::new((0..listeners).map(|_| new_latency_histogram()).collect()))
+                .map(|_| {
+                    Mutex::new(
+                        (0..listeners.len())
+                            .map(|_| new_latency_histogram())
+                            .collect(),
+                    )
+                })
                 .collect(),
-            start_time: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
+            start_time: prev.map_or_else(
+                || {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64())
+                },
+                |p| p.start_time,
+            ),
+            listener_names: listeners.to_vec(),
+            cluster_names: clusters.to_vec(),
         }
     }
 
