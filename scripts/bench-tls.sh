@@ -14,17 +14,19 @@
 # slows the run but does not change the figure; the client's own CPU share is
 # printed beside it. Medians of the rounds; ratios to the better peer.
 #
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--base-port P]
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--base-port P] [--no-build]
+# (--no-build: use target/release as it is)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=5 rsa=0 base=19400
+rounds=3 duration=5 rsa=0 base=19400 build=1
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
         --duration) duration="$2"; shift 2 ;;
         --rsa) rsa=1; shift ;;
         --base-port) base="$2"; shift 2 ;;
+        --no-build) build=0; shift ;;
         *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -43,7 +45,7 @@ if [ "${#need[@]}" -gt 0 ]; then
     fi
 fi
 
-cargo build --release -q -p zgix -p zgix-bench
+[ "$build" = 0 ] || cargo build --release -q -p zgix -p zgix-bench
 zgix_bin=target/release/zgix bench_bin=target/release/zgix-bench
 proxy_cpu=0 client_cpu=1
 origin_port=$base zgix_port=$((base + 1)) nginx_port=$((base + 2)) haproxy_port=$((base + 3))
