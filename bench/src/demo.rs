@@ -303,7 +303,7 @@ fn make_certificate(dir: &std::path::Path) -> Option<PathBuf> {
         .arg(dir.join("key.pem"))
         .arg("-out")
         .arg(dir.join("cert.pem"))
-        .args(["-days", "1", "-subj", "/CN=demo.example"])
+        .args(["-days", "30", "-subj", "/CN=demo.example"])
         .args(["-addext", "subjectAltName=DNS:demo.example"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
