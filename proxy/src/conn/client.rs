@@ -137,6 +137,17 @@ impl ClientConn {
         }
     }
 
+    /// [`ClientConn::read`] with the TLS read's state on the heap: for a
+    /// future that an idle connection holds (the head read), which stays
+    /// as small as a plain read so (a TLS read may write and is several
+    /// times larger).
+    pub async fn read_lean(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.tls {
+            None => self.sock.read(buf).await,
+            Some(t) => Box::pin(t.read(&self.sock, buf)).await,
+        }
+    }
+
     /// Waits (up to the read timeout) until a read would complete at once.
     pub async fn readable(&self) -> io::Result<()> {
         if let Some(t) = &self.tls {

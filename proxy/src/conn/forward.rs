@@ -201,7 +201,8 @@ impl Conn {
         let rt = &shard.rt;
         let filters = &rt.listeners[self.li].filters;
         let on_tls = rt.listeners[self.li].tls.is_some();
-        let ip_text = self.ip_text;
+        // Formatted per request, not kept: an idle connection is smaller so.
+        let ip_text = wire::IpText::new(self.ip);
         let x = self.x();
         let base = &x.cbuf[x.cstart..x.cend];
         let edits = filtered.then_some((filters, &x.walk));

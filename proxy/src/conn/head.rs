@@ -9,7 +9,6 @@ use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{ParseError, Status};
 
 use super::{client_ip, is_timeout, shard, Conn};
-use crate::http::wire;
 use crate::observe::metrics::ConnRefusal;
 
 /// How a head read ended.
@@ -127,7 +126,6 @@ impl Conn {
                         x.cstart = h.consumed;
                         if let Some(src) = h.source {
                             self.ip = client_ip(src.ip());
-                            self.ip_text = wire::IpText::new(self.ip);
                             self.id = ClientId::from_ip(self.ip);
                         }
                         return Ok(());
@@ -253,13 +251,13 @@ impl Conn {
                         return HeadRead::TimedOut;
                     }
                     self.client.set_read_timeout(Some(left));
-                    self.client.read(&mut x.cbuf[at..]).await
+                    self.client.read_lean(&mut x.cbuf[at..]).await
                 }
                 None => {
                     // A pipelined head's first bytes are here; the rest is
                     // read like any head.
                     self.client.set_read_timeout(Some(t.client_header));
-                    self.client.read(&mut x.cbuf[at..]).await
+                    self.client.read_lean(&mut x.cbuf[at..]).await
                 }
             };
             match r {
@@ -312,6 +310,83 @@ mod tests {
             s.examined,
             h.len()
         );
+    }
+
+    /// A head of about `size` bytes in fields of `line` bytes (the last
+    /// one padded), as a slow-head client sends it.
+    fn head_of(size: usize, line: usize) -> Vec<u8> {
+        let mut h = b"GET / HTTP/1.1\r\nHost: x\r\n".to_vec();
+        let mut i = 0;
+        while h.len() + line + 4 <= size {
+            let pre = format!("X-F{i}: ");
+            h.extend_from_slice(pre.as_bytes());
+            h.extend(std::iter::repeat_n(b'v', line - pre.len() - 2));
+            h.extend_from_slice(b"\r\n");
+            i += 1;
+        }
+        if size > h.len() + 11 {
+            let pad = size - h.len() - 11;
+            h.extend_from_slice(b"X-Pad: ");
+            h.extend(std::iter::repeat_n(b'p', pad));
+            h.extend_from_slice(b"\r\n");
+        }
+        h.extend_from_slice(b"\r\n");
+        h
+    }
+
+    /// Feeds `h` to a fresh scanner in arrivals of the sizes `step` gives,
+    /// as the head read does (the whole head so far each time); returns the
+    /// bytes examined once the end is found.
+    fn examined_until_end(h: &[u8], mut step: impl FnMut(usize) -> usize) -> u64 {
+        let mut s = HeadScan::default();
+        let mut n = 0;
+        let mut k = 0;
+        while n < h.len() {
+            n = (n + step(k).max(1)).min(h.len());
+            k += 1;
+            match s.feed(&h[..n], 8192, 1 << 20) {
+                Scan::Candidate => {
+                    assert_eq!(n, h.len(), "the end is found where it is");
+                    return s.examined;
+                }
+                Scan::More => {}
+                Scan::Refuse(e) => panic!("refused {e:?}"),
+            }
+        }
+        panic!("no end found in {} bytes", h.len());
+    }
+
+    /// The slow-head benchmark's shapes (a 32 KiB and a 256 KiB head, in
+    /// 2 KiB fields or one field, one byte per arrival or odd-sized ones
+    /// that split CRLFs): the work is the bytes, so eight times the bytes
+    /// is at most eight times the work (plus the look-aheads at line ends),
+    /// never more. A scanner that restarted from the head's start, or from
+    /// its current line's, on each arrival would examine ~n²/2 bytes here.
+    #[test]
+    fn slow_heads_cost_their_bytes_whatever_their_size_and_shape() {
+        for line in [2048, 300_000] {
+            let small = head_of(32 * 1024, line.min(32 * 1024 - 64));
+            let large = head_of(256 * 1024, line);
+            let arrivals: [fn(usize) -> usize; 3] = [|_| 1, |k| 1 + (k * 7919) % 13, |k| 2 + k % 3];
+            for step in arrivals {
+                let a = examined_until_end(&small, step);
+                let b = examined_until_end(&large, step);
+                for (h, e) in [(&small, a), (&large, b)] {
+                    let lines = h.iter().filter(|&&c| c == b'\n').count() as u64;
+                    assert!(
+                        e <= h.len() as u64 + 4 * lines,
+                        "examined {e} bytes for a {}-byte head of {lines} lines",
+                        h.len()
+                    );
+                }
+                let ratio = b as f64 / a as f64;
+                let bytes = large.len() as f64 / small.len() as f64;
+                assert!(
+                    ratio <= bytes * 1.01,
+                    "8x the bytes cost {ratio:.2}x the scanning ({a} -> {b})"
+                );
+            }
+        }
     }
 
     #[test]

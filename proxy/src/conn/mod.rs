@@ -43,7 +43,6 @@ use zgix_parser::{ChunkedDecoder, ParseError, RequestHead, ResponseHead};
 
 use crate::http::filters::Walk;
 use crate::http::respond::{status_for, write_refusal};
-use crate::http::wire;
 use crate::io::{Buf, Sock};
 use crate::observe::decision::UpstreamError;
 use crate::observe::metrics::ConnRefusal;
@@ -260,8 +259,6 @@ pub struct Conn {
     peer: SocketAddr,
     /// The client's address: the PROXY header's source, else the peer.
     ip: IpAddr,
-    /// `ip` as text, for X-Forwarded-For.
-    ip_text: wire::IpText,
     id: ClientId,
     /// The connection-limit slot, held from the first admitted request until
     /// the connection ends (dropping the `Conn` releases it).
@@ -277,18 +274,35 @@ pub struct Conn {
 }
 
 /// Serves one accepted connection to its end.
-pub async fn serve(shard: Rc<Shard>, li: usize, client: Sock, peer: SocketAddr) {
+///
+/// Not an async fn: the connection is made here, so the task's future
+/// holds the [`Conn`] and [`Conn::run`]'s state, not also the arguments it
+/// was made from (an async fn keeps those in its frame for good). And the
+/// future is boxed: whoever spawns it may wrap it in an `async` block that
+/// awaits it (glommio's `Gate::spawn` does), and such a block holds the
+/// future twice, as its capture and as the value it awaits; boxed, both
+/// are a pointer. An idle connection's task is so about half the size.
+pub fn serve(
+    shard: Rc<Shard>,
+    li: usize,
+    client: Sock,
+    peer: SocketAddr,
+) -> impl std::future::Future<Output = ()> {
+    // Counted closed where it was counted open, whichever generation the
+    // connection ends on.
     let counters = shard.counters.clone();
     counters.connection_opened(li);
     counters.listeners[li].connections.inc();
     let mut conn = Conn::new(shard, li, client, peer);
-    conn.run().await;
-    // The generation it ended on (the accepting one is not pinned; they
-    // share the connection count).
-    let shard = conn.shard.clone();
-    drop(conn);
-    counters.connection_closed(li);
-    shard.connection_closed();
+    Box::pin(async move {
+        conn.run().await;
+        // The generation it ended on (the accepting one is not pinned; they
+        // share the connection count).
+        let shard = conn.shard.clone();
+        drop(conn);
+        counters.connection_closed(li);
+        shard.connection_closed();
+    })
 }
 
 impl Conn {
@@ -301,7 +315,6 @@ impl Conn {
             client: ClientConn::plain(client),
             peer,
             ip,
-            ip_text: wire::IpText::new(ip),
             id: ClientId::from_ip(ip),
             conn_slot: None,
             conn_checked: false,
@@ -319,33 +332,17 @@ impl Conn {
             .expect("a request state is held while a request is handled")
     }
 
+    /// The connection's life. Its future is what an idle connection's task
+    /// holds, so it keeps only the head read and the request's slab handle
+    /// inline: the phases a connection passes once or on a failure (the
+    /// PROXY header, the TLS handshake, refusals, the lingering close) run
+    /// boxed, and cost their memory only while they run.
     async fn run(&mut self) {
-        // The accepting generation is held for the prelude only: a
-        // connection then runs on the generation of its current request.
-        {
-            let shard = self.shard.clone();
-            let lst = &shard.rt.listeners[self.li];
-            if lst.proxy_protocol {
-                if let Err(why) = self.read_proxy_header().await {
-                    // `None`: refused for want of a request state, answered.
-                    if let Some(why) = why {
-                        shard.counters.refused(why);
-                    }
-                    return;
-                }
-            }
-            if let Some(filter) = &lst.clients {
-                if !filter.admits(self.ip) {
-                    shard.counters.refused(ConnRefusal::ClientDenied);
-                    return;
-                }
-            }
-            if let Some(tls) = &lst.tls {
-                if !self.start_tls(tls).await {
-                    self.close_gracefully().await;
-                    return;
-                }
-            }
+        // The accepting generation is held for the prelude only (`open`
+        // drops its handle): a connection then runs on the generation of
+        // its current request.
+        if !Box::pin(self.open()).await {
+            return;
         }
         let mut first = true;
         loop {
@@ -356,21 +353,20 @@ impl Conn {
                 head::HeadRead::TimedOut => {
                     // A head that started but did not finish in time: RFC 9110 §15.5.9.
                     if self.x.as_ref().is_some_and(|x| x.has_pending()) {
-                        let tx0 = self.client.bytes_written();
-                        self.refuse(408, None).await;
-                        self.record_unparsed(
+                        Box::pin(self.refuse_and_close(
+                            408,
                             crate::observe::decision::Decision::ClientTimeout,
-                            tx0,
-                        );
-                        self.close_gracefully().await;
+                        ))
+                        .await;
                     }
                     return;
                 }
                 head::HeadRead::Bad(e) => {
-                    let tx0 = self.client.bytes_written();
-                    self.refuse(status_for(e), None).await;
-                    self.record_unparsed(crate::observe::decision::Decision::BadRequest(e), tx0);
-                    self.close_gracefully().await;
+                    Box::pin(self.refuse_and_close(
+                        status_for(e),
+                        crate::observe::decision::Decision::BadRequest(e),
+                    ))
+                    .await;
                     return;
                 }
             }
@@ -378,7 +374,7 @@ impl Conn {
             let shard = self.shard.clone();
             let next = shard.request_futures.run(self.handle_request()).await;
             if next == Next::Close {
-                self.close_gracefully().await;
+                Box::pin(self.close_gracefully()).await;
                 return;
             }
             // Idle between requests: give the request state back unless a
@@ -389,6 +385,48 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// What comes before the first head: the PROXY header, the client
+    /// filter, the TLS handshake. `false`: the connection ends.
+    async fn open(&mut self) -> bool {
+        let shard = self.shard.clone();
+        let lst = &shard.rt.listeners[self.li];
+        if lst.proxy_protocol {
+            if let Err(why) = self.read_proxy_header().await {
+                // `None`: refused for want of a request state, answered.
+                if let Some(why) = why {
+                    shard.counters.refused(why);
+                }
+                return false;
+            }
+        }
+        if let Some(filter) = &lst.clients {
+            if !filter.admits(self.ip) {
+                shard.counters.refused(ConnRefusal::ClientDenied);
+                return false;
+            }
+        }
+        if let Some(tls) = &lst.tls {
+            if !self.start_tls(tls).await {
+                self.close_gracefully().await;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Answers a head that cannot be served with `status`, logs it as
+    /// `decision`, and closes.
+    async fn refuse_and_close(
+        &mut self,
+        status: u16,
+        decision: crate::observe::decision::Decision,
+    ) {
+        let tx0 = self.client.bytes_written();
+        self.refuse(status, None).await;
+        self.record_unparsed(decision, tx0);
+        self.close_gracefully().await;
     }
 
     /// Answers with a generated `connection: close` refusal; the caller then
@@ -455,27 +493,32 @@ impl Conn {
         if self.x.is_some() {
             return true;
         }
-        let shard = self.shard.clone();
-        match take_exchange(&shard, self.li) {
+        match take_exchange(&self.shard, self.li) {
             Ok(x) => {
                 self.x = Some(x);
                 true
             }
-            Err(e) => {
-                crate::log_warn!("conn", "cannot make a request state ({e}): answering 503");
-                shard.counters.engine.request_state_refused.inc();
-                let mut out = Vec::new();
-                write_refusal(&mut out, 503, None);
-                shard.counters.response(self.li, 503);
-                self.sent = true;
-                let _ = self.client.write_all(&out).await;
-                // The caller closes without `close_gracefully`, which would
-                // try again: drain here so unread bytes do not reset the 503.
-                self.client.shutdown().await;
-                linger(&self.client, &shard, &mut vec![0; 4096]).await;
-                false
-            }
+            // Boxed: the refusal's writes and drain would otherwise widen
+            // every future that awaits this one (an idle connection's, too).
+            Err(e) => Box::pin(self.refuse_for_want_of_state(e)).await,
         }
+    }
+
+    /// The 503 of [`Conn::hold_state`]; always `false`.
+    async fn refuse_for_want_of_state(&mut self, e: std::io::Error) -> bool {
+        let shard = self.shard.clone();
+        crate::log_warn!("conn", "cannot make a request state ({e}): answering 503");
+        shard.counters.engine.request_state_refused.inc();
+        let mut out = Vec::new();
+        write_refusal(&mut out, 503, None);
+        shard.counters.response(self.li, 503);
+        self.sent = true;
+        let _ = self.client.write_all(&out).await;
+        // The caller closes without `close_gracefully`, which would
+        // try again: drain here so unread bytes do not reset the 503.
+        self.client.shutdown().await;
+        linger(&self.client, &shard, &mut vec![0; 4096]).await;
+        false
     }
 }
 
@@ -552,5 +595,53 @@ fn upstream_io(e: &std::io::Error) -> Fail {
         Fail::Upstream(UpstreamError::IdleTimeout)
     } else {
         Fail::Upstream(UpstreamError::Reset)
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    //! What an idle connection's task holds, by type size: these bound the
+    //! futures so that a new await on the idle path (a large future inline)
+    //! shows here, not only as RSS in `scripts/bench-conns.sh`.
+
+    /// The size of what `f` returns, without calling it.
+    fn ret<A, B, C, D, R>(_: fn(A, B, C, D) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+    fn ret_conn<F: FnOnce(&'static mut super::Conn) -> R, R>(_: F) -> usize {
+        std::mem::size_of::<R>()
+    }
+    fn ret_head<F: FnOnce(&'static mut super::Conn, bool) -> R, R>(_: F) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn an_idle_connection_holds_a_small_future() {
+        // A pointer: a spawner that awaits it inside its own async block
+        // (glommio's Gate) holds it twice, so it must be boxed.
+        assert_eq!(ret(super::serve as fn(_, _, _, _) -> _), 8);
+        // The boxed part: the Conn and the life loop, whose biggest state
+        // is the head read. The once-per-connection and failure phases are
+        // boxed, and measured on their own above these bounds.
+        let conn = std::mem::size_of::<super::Conn>();
+        let run = ret_conn(super::Conn::run);
+        let head = ret_head(super::Conn::read_head);
+        assert!(conn <= 256, "Conn is {conn} bytes");
+        assert!(head <= 320, "the head read's future is {head} bytes");
+        assert!(
+            run <= head + 64,
+            "run's future ({run}) is more than the head read's ({head})"
+        );
+        let tls = ret_conn(|c: &'static mut super::Conn| c.open());
+        let close = ret_conn(super::Conn::close_gracefully);
+        let hold = ret_conn(super::Conn::hold_state);
+        assert!(
+            tls > run && close > run,
+            "the phases boxed out of run are the larger ones (open {tls}, close {close}, run {run})"
+        );
+        assert!(
+            hold <= 64,
+            "hold_state's future is {hold} bytes: its refusal must stay boxed"
+        );
     }
 }
