@@ -94,6 +94,15 @@ fn tls_block(certs: &[(PathBuf, PathBuf)], more: &str) -> String {
 /// `curl` over TLS to `name` (resolved to `addr`), trusting `ca`; returns
 /// (HTTP status, stderr).
 fn curl(addr: SocketAddr, name: &str, ca: &Path, path: &str) -> (u16, String) {
+    curl_run(addr, name, ca, path, &[])
+}
+
+/// [`curl`] with extra arguments; the HTTP status (0 when it failed).
+fn curl_with(addr: SocketAddr, name: &str, ca: &Path, path: &str, extra: &[&str]) -> u16 {
+    curl_run(addr, name, ca, path, extra).0
+}
+
+fn curl_run(addr: SocketAddr, name: &str, ca: &Path, path: &str, extra: &[&str]) -> (u16, String) {
     let out = Command::new("curl")
         .args([
             "-sS",
@@ -104,6 +113,7 @@ fn curl(addr: SocketAddr, name: &str, ca: &Path, path: &str) -> (u16, String) {
             "-w",
             "%{http_code}",
         ])
+        .args(extra)
         .arg("--cacert")
         .arg(ca)
         .arg("--resolve")
@@ -420,32 +430,6 @@ fn the_access_log_names_the_tls_version_cipher_sni_and_resumption() {
     );
     assert_eq!(v["sni"], "site.example", "{line}");
     assert_eq!(v["tls_resumed"], false, "{line}");
-}
-
-/// `curl` with extra arguments; the HTTP status (0 when it failed).
-fn curl_with(addr: SocketAddr, name: &str, ca: &Path, path: &str, extra: &[&str]) -> u16 {
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--max-time",
-            "10",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-        ])
-        .args(extra)
-        .arg("--cacert")
-        .arg(ca)
-        .arg("--resolve")
-        .arg(format!("{name}:{}:127.0.0.1", addr.port()))
-        .arg(format!("https://{name}:{}{path}", addr.port()))
-        .output()
-        .expect("run curl");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
 }
 
 #[test]

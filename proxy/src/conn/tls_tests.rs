@@ -15,18 +15,7 @@ where
     F: FnOnce(Rc<Driver>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .io_memory(crate::shard::IO_MEMORY)
-        .spawn(move || async move {
-            let d = Driver::new(&Options::new(kind)).expect("driver");
-            let t = glommio::spawn_local(d.clone().run());
-            f(d.clone()).await;
-            d.stop();
-            t.await;
-        })
-        .expect("executor")
-        .join()
-        .expect("join");
+    crate::io::tests::on_driver(Options::new(kind), f)
 }
 
 struct Certs {

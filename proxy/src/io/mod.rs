@@ -53,7 +53,7 @@ mod timer;
 pub mod uring;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod tests_soundness;
 

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use super::{Driver, Kind, Listener, Options, Sock};
 
-/// Runs `f` on a glommio executor with a driver of `opts` turning beside it.
-pub(super) fn on_driver<F, Fut>(opts: Options, f: F)
+/// Runs `f` on a glommio executor with a driver of `opts` turning beside it
+/// (the TLS client-side tests use it too).
+pub(crate) fn on_driver<F, Fut>(opts: Options, f: F)
 where
     F: FnOnce(Rc<Driver>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
