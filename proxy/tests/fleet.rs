@@ -214,17 +214,6 @@ fn redis_killed_mid_run_fails_no_request_and_the_counts_catch_up() {
     );
 }
 
-/// The goal: a 10 s outage under load (a 14 s run, in parallel
-/// with the rest of the suite).
-#[test]
-fn ten_second_redis_outage_under_load_fails_no_request() {
-    outage(
-        Duration::from_secs(14),
-        Duration::from_secs(1),
-        Duration::from_secs(11),
-    );
-}
-
 /// Runs the client for `run`, kills Redis at `kill` and starts it again at `back`.
 fn outage(run: Duration, kill: Duration, back: Duration) {
     let _one_at_a_time = serial();
