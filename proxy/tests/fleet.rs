@@ -200,7 +200,10 @@ fn promtool_passes(m: &str) {
     );
 }
 
-/// Rate 50/s (500 per 10 s window), a client at about 40/s alternating for 4 s;
+/// Rate 50/s (180,000 per one-hour window: a window that ends during the
+/// outage would drop its unsent counts by design, so the window is long
+/// enough that the run almost never straddles a boundary), a client at about
+/// 40/s alternating for 4 s;
 /// Redis is killed after 1 s and started again (empty) after 2.5 s. Every request
 /// is answered 200 without waiting on Redis, each box logs the outage and the
 /// recovery, and afterwards Redis holds exactly the requests both boxes served
@@ -224,7 +227,7 @@ fn outage(run: Duration, kill: Duration, back: Duration) {
         &origin,
         port,
         "outage",
-        r#""requests":500,"window_ms":10000,"burst":50"#,
+        r#""requests":180000,"window_ms":3600000,"burst":50"#,
     );
     let boxes = [Proc::start(&cfg, &[]), Proc::start(&cfg, &[])];
     let addrs: Vec<SocketAddr> = boxes.iter().map(|b| b.listeners()[0]).collect();
