@@ -2,57 +2,13 @@
 
 mod support;
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::*;
 
-fn allocations(zgix: &Zgix) -> u64 {
-    let admin = zgix.admin.expect("admin configured");
-    let mut client = Client::connect(admin);
-    let resp = client.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    assert_eq!(resp.status, 200);
-    let text = String::from_utf8(resp.body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("zgix_heap_allocations_total{shard=\"0\"} "))
-        .unwrap_or_else(|| panic!("no allocation counter in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Allocations of shard 0 over a window in which `requests` requests are sent
-/// on the warm connection, and how long the requests took. The window always
-/// contains exactly one /metrics scrape (which does allocate) and lasts at
-/// least `at_least` plus fixed margins, so two windows of the same length
-/// differ only by the requests: glommio's timer wheel allocates a little
-/// each time its loop fires timers, which is per unit of time, not per
-/// request.
-fn window(
-    zgix: &Zgix,
-    client: &mut Client,
-    requests: usize,
-    at_least: Duration,
-) -> (u64, Duration) {
-    // Let the 100 ms tick publish everything before the window opens.
-    thread::sleep(Duration::from_millis(350));
-    let before = allocations(zgix);
-    let start = Instant::now();
-    for i in 0..requests {
-        let resp = client.request(
-            format!(
-                "GET /a/evil?i={i} HTTP/1.1\r\nHost: t\r\nX-Api-Key: k{i}\r\nAccept: */*\r\n\r\n"
-            )
-            .as_bytes(),
-        );
-        assert_eq!(resp.status, 200, "{}", resp.show());
-    }
-    let took = start.elapsed();
-    if let Some(rest) = at_least.checked_sub(took) {
-        thread::sleep(rest);
-    }
-    thread::sleep(Duration::from_millis(350));
-    (allocations(zgix) - before, took)
+/// The request sent `i`th in a window.
+fn request(i: usize) -> String {
+    format!("GET /a/evil?i={i} HTTP/1.1\r\nHost: t\r\nX-Api-Key: k{i}\r\nAccept: */*\r\n\r\n")
 }
 
 const REQUESTS: usize = 2000;
@@ -79,8 +35,8 @@ fn no_alloc_per_request_with_header_keys_overflow_and_dry_run() {
     for _ in 0..20 {
         assert_eq!(client.get("/warm").status, 200);
     }
-    let (busy, took) = window(&zgix, &mut client, REQUESTS, Duration::ZERO);
-    let (idle, _) = window(&zgix, &mut client, 0, took);
+    let (busy, took) = allocation_window(&zgix, &mut client, REQUESTS, Duration::ZERO, request);
+    let (idle, _) = allocation_window(&zgix, &mut client, 0, took, request);
     assert!(
         busy <= idle + REQUESTS as u64 / 20,
         "{REQUESTS} requests made {} more allocations than none ({busy} vs {idle})",

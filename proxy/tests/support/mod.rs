@@ -1439,3 +1439,48 @@ pub fn series(text: &str, key: &str) -> f64 {
 pub fn metric(zgix: &Zgix, name: &str) -> f64 {
     series(&metrics_text(zgix), name)
 }
+
+/// Shard 0's heap allocations so far (`zgix_heap_allocations_total`).
+pub fn heap_allocations(zgix: &Zgix) -> u64 {
+    let admin = zgix.admin.expect("admin configured");
+    let mut client = Client::connect(admin);
+    let resp = client.request(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    assert_eq!(resp.status, 200);
+    let text = String::from_utf8(resp.body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("zgix_heap_allocations_total{shard=\"0\"} "))
+        .unwrap_or_else(|| panic!("no allocation counter in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Allocations of shard 0 over a window in which `requests` requests
+/// (`request(i)`) are sent on the warm connection, and how long the requests took. The window always
+/// contains exactly one /metrics scrape (which does allocate) and lasts at
+/// least `at_least` plus fixed margins, so two windows of the same length
+/// differ only by the requests: glommio's timer wheel allocates a little
+/// each time its loop fires timers, which is per unit of time, not per
+/// request.
+pub fn allocation_window(
+    zgix: &Zgix,
+    client: &mut Client,
+    requests: usize,
+    at_least: Duration,
+    request: impl Fn(usize) -> String,
+) -> (u64, Duration) {
+    // Let the 100 ms tick publish everything before the window opens.
+    thread::sleep(Duration::from_millis(350));
+    let before = heap_allocations(zgix);
+    let start = Instant::now();
+    for i in 0..requests {
+        let resp = client.request(request(i).as_bytes());
+        assert_eq!(resp.status, 200, "{}", resp.show());
+    }
+    let took = start.elapsed();
+    if let Some(rest) = at_least.checked_sub(took) {
+        thread::sleep(rest);
+    }
+    thread::sleep(Duration::from_millis(350));
+    (heap_allocations(zgix) - before, took)
+}
