@@ -82,18 +82,9 @@ fn keep_alive(addr: SocketAddr, ok: &AtomicUsize, stop: &AtomicBool) -> Result<(
         if stop.load(Ordering::Acquire) {
             return Ok(());
         }
-        c.try_send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-            .map_err(|e| format!("request {i}: send: {e}"))?;
-        let r = c
-            .try_read_response(false)
-            .map_err(|e| format!("request {i}: read: {e}"))?;
-        if r.status != 200 {
-            return Err(format!("request {i}: {}", r.show()));
-        }
+        let closing = lifecycle_support::keep_alive_get(&mut c, i)?;
         ok.fetch_add(1, Ordering::AcqRel);
-        if r.field("connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
-        {
+        if closing {
             return Ok(());
         }
     }

@@ -96,18 +96,9 @@ fn connection(addr: SocketAddr, ok: &AtomicUsize) -> Result<(), String> {
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let mut c = Client::from_stream(s);
     for i in 0..20 {
-        c.try_send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-            .map_err(|e| format!("request {i}: send: {e}"))?;
-        let r = c
-            .try_read_response(false)
-            .map_err(|e| format!("request {i}: read: {e}"))?;
-        if r.status != 200 {
-            return Err(format!("request {i}: {}", r.show()));
-        }
+        let closing = lifecycle_support::keep_alive_get(&mut c, i)?;
         ok.fetch_add(1, Ordering::AcqRel);
-        if r.field("connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
-        {
+        if closing {
             return Ok(());
         }
     }

@@ -193,3 +193,18 @@ impl Drop for Proc {
         let _ = self.child.wait();
     }
 }
+
+/// One `GET /` on a kept-alive connection, which must be answered 200;
+/// `true` when the answer said `Connection: close` (a drain's last one).
+pub fn keep_alive_get(c: &mut crate::support::Client, i: usize) -> Result<bool, String> {
+    c.try_send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .map_err(|e| format!("request {i}: send: {e}"))?;
+    let r = c
+        .try_read_response(false)
+        .map_err(|e| format!("request {i}: read: {e}"))?;
+    if r.status != 200 {
+        return Err(format!("request {i}: {}", r.show()));
+    }
+    Ok(r.field("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close")))
+}
