@@ -216,8 +216,8 @@ impl RateTable {
     }
 
     /// [`RateTable::check_with`] for a fleet-scoped listener: a token taken from the
-    /// identity's own bucket is also counted for the fleet sync under `tag` (the
-    /// listener's index, below 2^24), which [`RateTable::drain_spent`] collects. The
+    /// identity's own bucket is also counted for the fleet sync under `tag` (a
+    /// stable number for the listener that its name maps to, below 2^24), which [`RateTable::drain_spent`] collects. The
     /// shared overflow bucket is not synced (it has no identity to name).
     pub fn check_fleet(
         &self,

@@ -70,8 +70,28 @@ pub struct RateModes {
     /// `"headers": "draft-11"`: the start of the two fields (see
     /// [`crate::http::ratelimit::prefix`]); `None` writes none.
     pub headers: Option<Box<[u8]>>,
-    /// `"scope": "fleet"`.
-    pub fleet: bool,
+    /// `"scope": "fleet"`: the listener's fleet tag ([`fleet_tag`]), which the
+    /// rate table stores beside what a fleet-scoped check spent.
+    pub fleet: Option<u32>,
+}
+
+/// The process-wide tag of a fleet-scoped listener, by name: the same name gets
+/// the same tag in every generation, so counts the rate table collected before a
+/// reload that reordered, added or removed listeners are credited to the listener
+/// they were spent on, never to the one now at the same index. Tags are never
+/// reused; there are as many as distinct fleet-scoped names the process has loaded
+/// (the rate table keeps 24 bits of them).
+pub fn fleet_tag(name: &str) -> u32 {
+    static TAGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut tags = TAGS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = match tags.iter().position(|t| t == name) {
+        Some(i) => i,
+        None => {
+            tags.push(name.to_owned());
+            tags.len() - 1
+        }
+    };
+    i as u32
 }
 
 /// Millisecond limits turned into durations once.
@@ -129,7 +149,7 @@ fn rate_modes(r: &zgix_config::RateLimit, name: &str) -> RateModes {
                 },
             )
         }),
-        fleet: r.scope == zgix_config::RateScope::Fleet,
+        fleet: (r.scope == zgix_config::RateScope::Fleet).then(|| fleet_tag(name)),
     }
 }
 

@@ -1,4 +1,4 @@
-//! End-to-end fleet-scoped rate limits: two zgix processes and one real redis-server (started here on a free port): an alternating client held to the fleet bound, and Redis killed mid-run with no request failing and the counts caught up after.
+//! End-to-end fleet-scoped rate limits: two zgix processes and one real redis-server (started here on a free port): an alternating client held to the fleet bound, and Redis killed mid-run with no request failing and the counts caught up after, and counts that keep their listener across a reload that reorders listeners.
 
 mod lifecycle_support;
 mod support;
@@ -291,4 +291,70 @@ fn outage(run: Duration, kill: Duration, back: Duration) {
         assert!(failed >= 1.0, "no failed sync counted:\n{m}");
         assert_eq!(series(&m, "zgix_fleet_pending_deltas"), 0.0);
     }
+}
+
+/// Two fleet-scoped listeners, swapped by a reload while the counts they spent are
+/// still unsent (Redis is not up yet): every count reaches Redis under the name of
+/// the listener it was spent on. (Counts were tagged by listener index: after the
+/// swap, `x`'s counts were written under `y`.)
+#[test]
+fn counts_spent_before_a_reload_that_reorders_listeners_keep_their_listener() {
+    let _one_at_a_time = serial();
+    let redis_port = free_port();
+    let origin = Origin::start();
+    let (px, py) = (free_port(), free_port());
+    let listener = |name: &str, port: u16| {
+        format!(
+            r#"{{"bind":"127.0.0.1:{port}","name":"{name}","http":{{"cluster":"api",
+  "rate_limit":{{"requests":180000,"window_ms":3600000,"burst":50,"scope":"fleet"}}}}}}"#
+        )
+    };
+    let cfg = |first: &str, second: &str| {
+        format!(
+            r#"{{"cpus":[0],"admin":{{"bind":"127.0.0.1:0"}},
+"fleet":{{"redis":"127.0.0.1:{redis_port}","sync_ms":100,"timeout_ms":100,"prefix":"swap"}},
+"listeners":[{first},{second}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+            origin.addr()
+        )
+    };
+    let zgix = Proc::start(&cfg(&listener("x", px), &listener("y", py)), &[]);
+    let x: SocketAddr = format!("127.0.0.1:{px}").parse().unwrap();
+    let mut c = Client::connect(x);
+    let sent = 7u64;
+    for _ in 0..sent {
+        let r = c.request(b"GET /f HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(r.status, 200);
+    }
+    // The sync thread has drained the counts into its pending totals and failed
+    // to write them.
+    zgix.wait_log("unreachable", 1);
+    let admin = zgix.admin().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while series(&scrape(admin), "zgix_fleet_pending_deltas") < 1.0 {
+        assert!(Instant::now() < deadline, "the counts were never drained");
+        thread::sleep(Duration::from_millis(20));
+    }
+    zgix.reload(&cfg(&listener("y", py), &listener("x", px)), 1);
+    // Two more failed exchanges: the sync thread has seen the new order.
+    let errors = || series(&scrape(admin), "zgix_fleet_sync_total{result=\"error\"}");
+    let e0 = errors();
+    while errors() < e0 + 2.0 {
+        assert!(Instant::now() < deadline, "no sync after the reload");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let redis = Redis::start(redis_port);
+    zgix.wait_log("reachable again", 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.fleet_total("swap:x") < sent {
+        assert!(
+            Instant::now() < deadline,
+            "x's counts never reached redis: x {}, y {}",
+            redis.fleet_total("swap:x"),
+            redis.fleet_total("swap:y")
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(redis.fleet_total("swap:x"), sent);
+    assert_eq!(redis.fleet_total("swap:y"), 0, "counted under the wrong listener");
 }

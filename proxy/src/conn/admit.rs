@@ -66,9 +66,8 @@ impl Conn {
         if let Some(p) = lst.rate_limit {
             let id = self.rate_id(lst.rate.key_header.as_deref());
             let now = zgix_admission::monotonic_ns_at(t0);
-            let rc = if lst.rate.fleet {
-                rt.rate_table
-                    .check_fleet(id, p, now, rt.overflow, self.li as u32)
+            let rc = if let Some(tag) = lst.rate.fleet {
+                rt.rate_table.check_fleet(id, p, now, rt.overflow, tag)
             } else {
                 rt.rate_table.check_with(id, p, now, rt.overflow)
             };
@@ -92,7 +91,7 @@ impl Conn {
                         id,
                         params: p,
                         shared: rc.overflowed,
-                        fleet: lst.rate.fleet,
+                        fleet: lst.rate.fleet.is_some(),
                     })
                 }
                 RateDecision::TableFull => {}

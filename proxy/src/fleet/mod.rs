@@ -31,7 +31,10 @@ use crate::runtime::Runtime;
 pub(crate) struct View {
     pub fleet: Fleet,
     pub table: Arc<RateTable>,
-    /// By listener index: name and parameters of fleet-scoped rate limits.
+    /// By fleet tag ([`crate::runtime::fleet_tag`], stable across reloads for a
+    /// listener name): name and parameters of the fleet-scoped rate limits of the
+    /// current generation. A tag no listener of it has any more is `None`, and
+    /// what was counted under it is dropped.
     pub listeners: Vec<Option<(String, RateParams)>>,
 }
 
@@ -88,14 +91,7 @@ pub fn attach(rt: &Runtime) {
         Arc::new(View {
             fleet: f.clone(),
             table: rt.rate_table.clone(),
-            listeners: rt
-                .listeners
-                .iter()
-                .map(|l| match l.rate_limit {
-                    Some(p) if l.rate.fleet => Some((l.name.clone(), p)),
-                    _ => None,
-                })
-                .collect(),
+            listeners: by_tag(rt),
         })
     });
     let start = view.is_some();
@@ -111,6 +107,21 @@ pub fn attach(rt: &Runtime) {
             crate::log_error!("fleet", "cannot start the fleet sync thread: {e}");
         }
     }
+}
+
+/// The current generation's fleet-scoped listeners, indexed by their tag.
+fn by_tag(rt: &Runtime) -> Vec<Option<(String, RateParams)>> {
+    let mut v: Vec<Option<(String, RateParams)>> = Vec::new();
+    for l in &rt.listeners {
+        if let (Some(p), Some(tag)) = (l.rate_limit, l.rate.fleet) {
+            let i = tag as usize;
+            if v.len() <= i {
+                v.resize(i + 1, None);
+            }
+            v[i] = Some((l.name.clone(), p));
+        }
+    }
+    v
 }
 
 /// The fleet series, when a config ever had a `fleet` section.

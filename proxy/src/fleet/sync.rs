@@ -67,19 +67,22 @@ pub(super) fn run(shared: &'static Shared) {
     };
     let mut next = Instant::now();
     loop {
-        let Some(view) = shared.view() else {
+        let Some(period) = shared.view().map(|v| v.fleet.sync_ms) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        let period = Duration::from_millis(view.fleet.sync_ms);
-        next += period;
+        next += Duration::from_millis(period);
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);
         } else {
             next = now;
         }
-        tick(shared, &view, &mut st);
+        // The view as it is now, not as it was before the sleep: a reload during
+        // the sleep must not have its first exchange made with the old listeners.
+        if let Some(view) = shared.view() {
+            tick(shared, &view, &mut st);
+        }
     }
 }
 
