@@ -44,10 +44,8 @@ impl Config {
 /// The deserialization half of [`Config::from_json`], without validation.
 pub(crate) fn deserialize(text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let config: Config = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        vec![serde_error(path, e.inner())]
-    })?;
+    let config: Config = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| vec![serde_error(json_path(e.path()), e.inner())])?;
     // serde_path_to_error stops at the end of the value; trailing
     // characters would otherwise pass unnoticed.
     de.end().map_err(|e| vec![serde_error(String::new(), &e)])?;
@@ -57,6 +55,63 @@ pub(crate) fn deserialize(text: &str) -> Result<Config, Vec<ConfigError>> {
 /// How many CPUs shards may use: `available_parallelism`, at least 1.
 pub(crate) fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The JSON path of serde's position, written so it always names one place in the
+/// file: `listeners[0].http`, and a key that is not a plain name (letters, digits,
+/// `_` and `-`, not starting with a digit) quoted as JSON, `listeners[0]["a.b"]`:
+/// joined with dots, `"a.b"` would read as two keys. A key serde could not read
+/// (a syntax error inside it) ends the path as an unknown segment: the error is
+/// located at the object holding it. `""` is the document itself.
+pub(crate) fn json_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut segs: Vec<&Segment> = path.iter().collect();
+    while matches!(segs.last(), Some(Segment::Unknown)) {
+        segs.pop();
+    }
+    let mut out = String::new();
+    for seg in segs {
+        match seg {
+            Segment::Seq { index } => {
+                out.push('[');
+                out.push_str(&index.to_string());
+                out.push(']');
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } if is_plain_key(key) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                out.push('[');
+                out.push_str(&serde_json::to_string(key).unwrap_or_else(|_| "\"?\"".into()));
+                out.push(']');
+            }
+            Segment::Unknown => out.push_str("[?]"),
+        }
+    }
+    out
+}
+
+/// `parent.key`, or `parent["key"]` when `key` is not a plain name: the path of a
+/// map entry (a cluster named `api.v2` is `clusters["api.v2"]`).
+pub(crate) fn key_path(parent: &str, key: &str) -> String {
+    if is_plain_key(key) {
+        format!("{parent}.{key}")
+    } else {
+        let quoted = serde_json::to_string(key).unwrap_or_else(|_| "\"?\"".into());
+        format!("{parent}[{quoted}]")
+    }
+}
+
+/// A key written after a dot in a path: `[A-Za-z_][A-Za-z0-9_-]*`.
+fn is_plain_key(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// One `ConfigError` from a serde_json error. The position is rewritten as
@@ -81,14 +136,7 @@ fn serde_error(path: String, e: &serde_json::Error) -> ConfigError {
             1,
         );
     }
-    // A key serde could not read (a syntax error inside it) is a "?" segment: locate
-    // the error at the object holding it instead.
-    let path = match path.strip_suffix(".?") {
-        Some(object) => object.to_string(),
-        None if path == "?" => String::new(),
-        None => path,
-    };
-    let whole_document = path.is_empty() || path == "." || e.is_eof();
+    let whole_document = path.is_empty() || e.is_eof();
     ConfigError {
         path: if whole_document { String::new() } else { path },
         rule,

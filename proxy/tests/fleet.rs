@@ -356,5 +356,9 @@ fn counts_spent_before_a_reload_that_reorders_listeners_keep_their_listener() {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(redis.fleet_total("swap:x"), sent);
-    assert_eq!(redis.fleet_total("swap:y"), 0, "counted under the wrong listener");
+    assert_eq!(
+        redis.fleet_total("swap:y"),
+        0,
+        "counted under the wrong listener"
+    );
 }

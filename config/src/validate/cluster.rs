@@ -13,7 +13,7 @@ const MAX_PROBE_FIELD_BYTES: usize = 1024;
 impl Validator<'_> {
     pub(super) fn clusters(&mut self) {
         for (name, cluster) in &self.config.clusters {
-            let path = format!("clusters.{name}");
+            let path = crate::load::key_path("clusters", name);
             if !is_cluster_name(name) {
                 self.err(
                     &path,

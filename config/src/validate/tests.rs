@@ -161,6 +161,55 @@ fn unknown_fields_are_named_by_path() {
     }
 }
 
+/// A key that is not a plain name is quoted in the path, so the path names one
+/// place: the `config_load` fuzz target found `"proxy_protoc.?.?"` reported at
+/// `listeners[0].proxy_protoc.?`, a path that names no place in the file.
+#[test]
+fn keys_that_are_not_plain_names_are_quoted_in_paths() {
+    let cases = [
+        (
+            "/listeners/0/proxy_protoc.?.?",
+            "listeners[0][\"proxy_protoc.?.?\"]: unknown field `proxy_protoc.?.?`",
+        ),
+        (
+            "/listeners/0/a b",
+            "listeners[0][\"a b\"]: unknown field `a b`",
+        ),
+        (
+            "/listeners/0/x\"y",
+            "listeners[0][\"x\\\"y\"]: unknown field",
+        ),
+        ("/9lives", "[\"9lives\"]: unknown field `9lives`"),
+        (
+            "/clusters/api/re-tries",
+            "clusters.api.re-tries: unknown field `re-tries`",
+        ),
+    ];
+    for (ptr, expected) in cases {
+        let e = errs(&[(ptr, json!(true))]);
+        assert_eq!(e.len(), 1, "{ptr}: {e:?}");
+        assert!(
+            e[0].starts_with(expected),
+            "{ptr}: got {:?}, want {expected:?}",
+            e[0]
+        );
+    }
+    // Rules name a cluster whose name holds a dot the same way.
+    let e = errs(&[(
+        "/clusters/api.v2",
+        json!({"endpoints": ["127.0.0.1:9000", "127.0.0.1:9000"]}),
+    )]);
+    assert_eq!(
+        e,
+        ["clusters[\"api.v2\"].endpoints[1]: 127.0.0.1:9000 is already endpoints[0]"]
+    );
+    // A key serde could not read is located at the object that holds it.
+    let bad = MINIMAL.replacen("\"listeners\": [ {", "\"listeners\": [ { \"\\q\": 1,", 1);
+    assert_ne!(bad, MINIMAL, "the edit applies");
+    let e = deserialize(&bad).unwrap_err();
+    assert_eq!(e[0].path, "listeners[0]", "{e:?}");
+}
+
 #[test]
 fn five_problems_are_all_reported() {
     let e = errs(&[
@@ -393,7 +442,7 @@ fn clusters() {
     );
     one(
         &[("/clusters/bad name", json!({"endpoints": ["127.0.0.1:1"]}))],
-        "clusters.bad name: cluster names must be 1 to 64 characters from A-Z a-z 0-9 _ . -",
+        "clusters[\"bad name\"]: cluster names must be 1 to 64 characters from A-Z a-z 0-9 _ . -",
     );
 }
 
