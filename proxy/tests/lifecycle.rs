@@ -295,6 +295,52 @@ fn check_rejects_unknown_fields() {
     );
 }
 
+/// `--check` opens the files zgix would open: an access log in a directory that
+/// does not exist is an error at `access_log.path`, as starting would be; one that
+/// can be created is created (as `nginx -t` does).
+#[test]
+fn check_opens_the_access_log() {
+    let dir = std::env::temp_dir().join(format!("zgix-check-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let json = |path: &str| {
+        format!(
+            r#"{{"listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "api"}}}}],
+        "clusters": {{"api": {{"endpoints": ["127.0.0.1:9000"]}}}},
+        "access_log": {{"path": "{path}"}}}}"#
+        )
+    };
+    let missing = dir.join("no-such-dir").join("access.log");
+    let (run, _) = check(&json(&missing.display().to_string()));
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "stderr:
+{}",
+        run.stderr
+    );
+    let want = format!(
+        "zgix: access_log.path: cannot open {} for appending: ",
+        missing.display()
+    );
+    assert!(
+        run.stderr.lines().any(|l| l.starts_with(&want)),
+        "no line starting {want:?}; stderr:
+{}",
+        run.stderr
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    let ok = dir.join("access.log");
+    let (run, _) = check(&json(&ok.display().to_string()));
+    assert!(
+        run.status.success(),
+        "stderr:
+{}",
+        run.stderr
+    );
+    assert!(ok.exists(), "--check did not open {}", ok.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn check_rejects_a_missing_file() {
     let run = run_zgix(&["--check", "--config", "/nonexistent/zgix-test.json"]);

@@ -94,6 +94,28 @@ fn parse_level(v: Option<&str>) -> Result<Level, String> {
     Level::parse(v).ok_or_else(|| format!("--log-level: {v:?} is not error, warn, info or debug"))
 }
 
+/// `--check` past the rules: the files zgix would open, opened — the access log
+/// (created for appending, as at start, like `nginx -t`), the certificates and
+/// keys. Every problem is reported at once.
+fn check_files(
+    c: &Config,
+) -> Result<crate::conn::handshake::LoadedTls, Vec<zgix_config::ConfigError>> {
+    let mut errors = Vec::new();
+    if let Some(log) = &c.access_log {
+        if let Err(e) = crate::observe::access_log::check_path(&log.path) {
+            errors.push(zgix_config::ConfigError::new("access_log.path", e));
+        }
+    }
+    match crate::conn::handshake::load_all(c) {
+        Ok(loaded) if errors.is_empty() => Ok(loaded),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(e.into_iter().map(|m| zgix_config::ConfigError::new("", m)));
+            Err(errors)
+        }
+    }
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -117,15 +139,7 @@ pub fn main() -> i32 {
             );
             0
         }
-        Mode::Check(path) => match Config::from_file(&path).and_then(|c| {
-            // The certificates and keys too: a config that names a file
-            // zgix cannot use is not valid.
-            crate::conn::handshake::load_all(&c).map_err(|e| {
-                e.into_iter()
-                    .map(|m| zgix_config::ConfigError::new("", m))
-                    .collect()
-            })
-        }) {
+        Mode::Check(path) => match Config::from_file(&path).and_then(|c| check_files(&c)) {
             Ok(loaded) => {
                 for w in &loaded.warnings {
                     eprintln!("zgix: warning: {w}");

@@ -130,6 +130,14 @@ enum Output {
     File(File),
 }
 
+/// Opens `path` as zgix would at start (creating it, for appending), for
+/// `--check`: a log file zgix could not open makes the configuration invalid.
+pub fn check_path(path: &str) -> Result<(), String> {
+    Output::open(path)
+        .map(drop)
+        .map_err(|e| format!("cannot open {path} for appending: {e}"))
+}
+
 impl Output {
     fn open(path: &str) -> std::io::Result<Output> {
         if path == "-" {
