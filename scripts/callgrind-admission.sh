@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# User-space instructions per request of zgix's shard thread, counted by
+# valgrind's callgrind (repeatable whatever else the machine is doing), with
+# the rate limit off, box-scoped and fleet-scoped (syncing with a redis-server
+# this script starts on 127.0.0.1). Each configuration runs twice, with N and
+# 5N keep-alive requests on one connection; the difference of the two counts
+# divided by 4N is the cost of one request, start-up and shutdown cancelled out.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: scripts/callgrind-admission.sh [--requests N] [--rounds R] [--no-build]
+
+Needs valgrind, python3 and redis-server. Runs zgix (release build, one shard,
+epoll driver: valgrind does not model io_uring's shared rings) in front of a
+zgix-bench origin; prints instructions per request for "off", "box" and
+"fleet" and the fleet/box ratio of the request path. Everything started is
+stopped on exit; only 127.0.0.1 is used.
+
+  --requests N   N of the two runs (default 1000; the second is 5N)
+  --rounds R     interleaved rounds of off, box, fleet; medians (default 3)
+  --no-build     use the release binaries already built
+USAGE
+}
+
+n=1000 rounds=3 build=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --requests) n="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "callgrind-admission: unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+if [ "$build" = 1 ]; then
+    (cd "$root" && cargo build --release -q -p zgix -p zgix-bench)
+fi
+zgix_bin="$target_dir/release/zgix"
+bench_bin="$target_dir/release/zgix-bench"
+for t in valgrind python3 redis-server; do
+    command -v "$t" >/dev/null || { echo "callgrind-admission: $t is missing" >&2; exit 1; }
+done
+
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_line() { # file needle
+    for _ in $(seq 600); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "callgrind-admission: no \"$2\" in $1:" >&2
+    cat "$1" >&2
+    exit 1
+}
+
+cat >"$tmp/client.py" <<'PY'
+import socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.create_connection((host, port))
+req = b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n"
+buf = b""
+for _ in range(n):
+    s.sendall(req)
+    while True:
+        h = buf.find(b"\r\n\r\n")
+        if h >= 0:
+            head = buf[:h].decode()
+            assert head.startswith("HTTP/1.1 200"), head
+            cl = next(int(l.split(":")[1]) for l in head.split("\r\n")
+                      if l.lower().startswith("content-length"))
+            if len(buf) >= h + 4 + cl:
+                buf = buf[h + 4 + cl:]
+                break
+        d = s.recv(65536)
+        assert d, "connection closed"
+        buf += d
+PY
+
+oport="$(free_port)"
+"$bench_bin" origin --bind "127.0.0.1:$oport" --body-bytes 64 >"$tmp/origin.log" 2>&1 &
+pids+=($!)
+wait_line "$tmp/origin.log" "listening"
+rport="$(free_port)"
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+    [ "$(redis-cli -p "$rport" PING 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+done
+
+# One run: config kind, request count -> instructions of the busiest thread
+# (the shard; the fleet sync thread and the process's main thread are apart).
+run() {
+    local kind="$1" count="$2" lport rate="" fleet=""
+    lport="$(free_port)"
+    case "$kind" in
+        off) ;;
+        box) rate=', "rate_limit": {"requests": 1000000, "window_ms": 1000, "burst": 1000000}' ;;
+        fleet)
+            rate=', "rate_limit": {"requests": 1000000, "window_ms": 1000, "burst": 1000000, "scope": "fleet"}'
+            fleet="\"fleet\": {\"redis\": \"127.0.0.1:$rport\", \"sync_ms\": 100},"
+            ;;
+    esac
+    local dir="$tmp/$kind-$count"
+    mkdir -p "$dir"
+    cat >"$dir/zgix.json" <<JSON
+{"cpus": [0], "io": {"driver": "epoll"}, $fleet
+ "listeners": [{"bind": "127.0.0.1:$lport", "http": {"cluster": "api"$rate}}],
+ "clusters": {"api": {"endpoints": ["127.0.0.1:$oport"]}}}
+JSON
+    (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
+        "$zgix_bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
+    local vpid=$!
+    wait_line "$dir/zgix.log" "ready ("
+    python3 "$tmp/client.py" 127.0.0.1 "$lport" "$count"
+    kill -TERM "$vpid" 2>/dev/null || true
+    wait "$vpid" 2>/dev/null || true
+    local best=0 v
+    for f in "$dir"/callgrind.out.*; do
+        v="$(awk '/^(summary|totals):/ {print $2; exit}' "$f")"
+        [ -n "$v" ] && [ "$v" -gt "$best" ] && best="$v"
+    done
+    echo "$best"
+}
+
+printf 'callgrind-admission: %d and %d requests per configuration, one keep-alive connection, 64-byte responses, %d interleaved rounds\n' "$n" $((5 * n)) "$rounds"
+declare -A all
+for r in $(seq "$rounds"); do
+    for kind in off box fleet; do
+        a="$(run "$kind" "$n")"
+        b="$(run "$kind" $((5 * n)))"
+        v=$(( (b - a) / (4 * n) ))
+        all[$kind]="${all[$kind]:-} $v"
+        printf 'round %d %-6s %8d instr/request\n' "$r" "$kind" "$v"
+    done
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+declare -A per
+printf '%-8s %16s   %s\n' config median rounds
+for kind in off box fleet; do
+    per[$kind]="$(echo "${all[$kind]}" | median)"
+    printf '%-8s %16d  %s\n' "$kind" "${per[$kind]}" "${all[$kind]}"
+done
+awk -v b="${per[box]}" -v f="${per[fleet]}" -v o="${per[off]}" 'BEGIN {
+    printf "medians: rate limit (box) over off: %+.1f%%   fleet over box: %+.2f%%\n", (b - o) * 100 / o, (f - b) * 100 / b }'
