@@ -250,9 +250,10 @@ impl RateTable {
 
     /// Collects what fleet-scoped checks took since the last call: `f(id, tag,
     /// tokens)` for every slot that took any. Scans the table; for the fleet sync
-    /// thread, never the request path. A slot recycled between a take and the drain
-    /// (its bucket had refilled) hands its count to the new owner's first drain at
-    /// worst, a one-token error.
+    /// thread, never the request path. A slot with an undrained count is not
+    /// recycled (see `is_stale`), so no count is lost to a newcomer; a take racing
+    /// the recycling of a slot it found (the owner's bucket had refilled) is counted
+    /// under the new owner at worst, a one-token error.
     pub fn drain_spent(&self, mut f: impl FnMut(ClientId, u32, u64)) {
         for s in self.slots.iter() {
             if s.spent.load(Ordering::Relaxed) & FLEET_COUNT_MASK == 0 {
@@ -526,10 +527,15 @@ fn count_spent(slot: &RateSlot, tagged: u64) {
 }
 
 /// May a slot holding another identity's bucket be recycled for a newcomer? Only once
-/// the bucket is full both by this listener's parameters and by its own `full_at`.
+/// the bucket is full both by this listener's parameters and by its own `full_at`,
+/// and the fleet sync has drained what it spent: recycling a slot whose count was not
+/// yet collected would lose tokens the fleet must hear of (a client that spent and
+/// went quiet long enough to refill, before the next sync). Such a slot waits at most
+/// one `fleet.sync_ms` (the sync drains every period, Redis up or not).
 fn is_stale(s: &RateSlot, ctl: u64, rate: &Rate, now: u64) -> bool {
     now >= s.full_at.load(Ordering::Acquire)
         && rate.is_refilled(tokens(ctl), s.stamp.load(Ordering::Acquire), now)
+        && s.spent.load(Ordering::Acquire) & FLEET_COUNT_MASK == 0
 }
 
 /// Refill and take from the bucket in `slot`, whose owner (ours) was seen in `ctl`.

@@ -66,8 +66,15 @@ pub(super) fn run(shared: &'static Shared) {
         dropped: 0,
     };
     let mut next = Instant::now();
+    // The table of the last view: after a reload that removed the `fleet` section
+    // its counts are still drained (and dropped), since a slot with an undrained
+    // count is never recycled (`RateTable::drain_spent`).
+    let mut last_table: Option<std::sync::Arc<zgix_admission::RateTable>> = None;
     loop {
         let Some(period) = shared.view().map(|v| v.fleet.sync_ms) else {
+            if let Some(t) = &last_table {
+                t.drain_spent(|_, _, _| {});
+            }
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
@@ -82,6 +89,7 @@ pub(super) fn run(shared: &'static Shared) {
         // the sleep must not have its first exchange made with the old listeners.
         if let Some(view) = shared.view() {
             tick(shared, &view, &mut st);
+            last_table = Some(view.table.clone());
         }
     }
 }
