@@ -12,8 +12,8 @@ same origin) and --filters request filters, plus an admin endpoint. Then:
 
   1. one idle keep-alive client connects, sends one request and stays open;
   2. wrk -c --connections runs for the whole measurement;
-  3. one reload (SIGHUP); after --settle seconds: VmRSS, zgix_heap_live_bytes
-     summed, zgix_generations_live, descriptors (/proc/PID/fd);
+  3. one reload (SIGHUP); after --settle seconds: VmRSS, zgix_heap_in_use_bytes
+     (the whole process), zgix_generations_live, descriptors (/proc/PID/fd);
   4. --reloads more reloads, --rate per second; after --settle seconds, the
      same readings; wrk's totals (socket errors, non-2xx); upstream connects
      and errors (zgix_upstream_connects_total, zgix_upstream_errors_total).
@@ -83,7 +83,7 @@ reading() {
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$zpid/status")
     fds=$(ls "/proc/$zpid/fd" | wc -l)
     printf '%-18s RSS %6.1f MB  heap %6.1f MB  generations %s  fds %s\n' "$1" \
-        "$(echo "$rss / 1024" | bc -l)" "$(echo "$(metric zgix_heap_live_bytes) / 1048576" | bc -l)" \
+        "$(echo "$rss / 1024" | bc -l)" "$(echo "$(metric zgix_heap_in_use_bytes) / 1048576" | bc -l)" \
         "$(metric zgix_generations_live)" "$fds"
 }
 

@@ -141,6 +141,10 @@ fn metric_labels_carry_listener_and_cluster_names_and_promtool_passes() {
         assert!(text.contains(series), "no {series:?} in:\n{text}");
     }
     assert!(!text.contains(" -0\n"), "{text}");
+    // The whole process's heap (mallinfo2): a running zgix holds its runtime,
+    // tables and rings' bookkeeping, well over 100 KB, and well under 1 GB.
+    let heap = support::series(&text, "zgix_heap_in_use_bytes");
+    assert!((1e5..1e9).contains(&heap), "zgix_heap_in_use_bytes {heap}");
     let promtool = std::path::Path::new("/usr/bin/promtool");
     assert!(
         promtool.exists(),

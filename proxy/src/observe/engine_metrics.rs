@@ -161,6 +161,12 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
     );
     gauge(
         o,
+        "zgix_heap_in_use_bytes",
+        "Heap bytes in use by the whole process, every thread (the C allocator's own count, mallinfo2).",
+        heap_in_use_bytes(),
+    );
+    gauge(
+        o,
         "zgix_exchanges_pooled",
         "Request states (buffers, parsed heads) kept for reuse.",
         sum(&|s| s.exchanges_pooled.load(Ordering::Relaxed)),
@@ -183,4 +189,22 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "Provided receive buffers holding unread bytes.",
         sum(&|s| s.buffers_held.load(Ordering::Relaxed)),
     );
+}
+
+/// Bytes the process's heap holds in use, all threads and arenas: glibc's
+/// `mallinfo2` (`uordblks`, small blocks, plus `hblkhd`, blocks of their own
+/// mapping). Unlike `zgix_heap_live_bytes` it stays right when one thread frees
+/// what another allocated (a runtime built on the main thread and retired on a
+/// shard). It takes every arena's lock, so it is read at scrape time only.
+fn heap_in_use_bytes() -> u64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics.
+        let m = unsafe { libc::mallinfo2() };
+        (m.uordblks + m.hblkhd) as u64
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        0
+    }
 }
