@@ -1,4 +1,4 @@
-//! End-to-end zero-failure hand-off (issue 18 part 3): 10 upgrades and 10 reloads under a keep-alive load from client threads, not one socket error.
+//! End-to-end zero-failure hand-off (issue 18 part 3): 10 upgrades and 10 reloads under a keep-alive load from client threads, not one socket error; listeners on one port-0 bind keep their sockets by name across a reorder.
 
 mod lifecycle_support;
 mod support;
@@ -120,4 +120,38 @@ fn ten_upgrades_and_ten_reloads_under_keep_alive_load_fail_no_request() {
         failures.len()
     );
     eprintln!("10 upgrades, 10 reloads: {ok} requests, 0 errors");
+}
+
+/// Two named listeners both on "127.0.0.1:0": a reload that swaps them keeps each
+/// one's socket (its port) with its name. (Sockets were matched by the bind
+/// string alone, first come first served, so the swap moved the ports.)
+#[test]
+fn listeners_sharing_a_port_zero_bind_keep_their_sockets_by_name_across_a_reorder() {
+    let origin = Origin::start();
+    let cfg = |a: &str, b: &str| {
+        format!(
+            r#"{{"cpus":[0],"listeners":[
+  {{"bind":"127.0.0.1:0","name":"{a}","http":{{"cluster":"api"}}}},
+  {{"bind":"127.0.0.1:0","name":"{b}","http":{{"cluster":"api"}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+            origin.addr()
+        )
+    };
+    let zgix = Proc::start(&cfg("x", "y"), &[]);
+    let before = zgix.listeners();
+    assert_eq!(before.len(), 2);
+    assert_ne!(before[0], before[1]);
+    zgix.reload(&cfg("y", "x"), 1);
+    let after = zgix.listeners();
+    assert_eq!(
+        after,
+        [before[1], before[0]],
+        "y and x swapped places but not ports"
+    );
+    // And each still serves.
+    for a in after {
+        let mut c = Client::connect(a);
+        let r = c.request(b"GET /p HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(r.status, 200);
+    }
 }

@@ -359,9 +359,14 @@ impl Server {
             .collect();
         let mut out: Vec<(Option<usize>, Bound)> = Vec::new();
         for (i, l) in rt.listeners.iter().enumerate() {
-            let pos = held
-                .iter()
-                .position(|b| b.as_ref().is_some_and(|b| b.key == l.bind));
+            // The socket of the listener with this bind and this name, else of the
+            // first with this bind: several listeners on "127.0.0.1:0" each keep
+            // their own port across a reload that reorders them.
+            let same_bind = |p: &usize| held[*p].as_ref().is_some_and(|b| b.key == l.bind);
+            let pos = (0..held.len())
+                .filter(same_bind)
+                .find(|&p| self.rt.listeners.get(p).is_some_and(|o| o.name == l.name))
+                .or_else(|| (0..held.len()).find(same_bind));
             let handed = from_old.iter().position(|(k, _)| *k == l.bind);
             let mut b = match (pos, handed) {
                 (Some(p), _) => held[p].take().expect("found above"),
