@@ -58,6 +58,7 @@ pub fn run(start: Start) -> Result<i32, String> {
     } else {
         sd_notify("READY=1");
     }
+    LIFECYCLE.ready.store(true, Ordering::Release);
     server.publish_table();
     let control = ControlThread::spawn(&server)?;
     serve(&mut server, &signals, &control, &live, cpus.len())?;
@@ -270,6 +271,7 @@ fn drain(mut server: Server, signals: &Signals, control: ControlThread, live: &A
     // The guard names go with the sockets (or away): a new instance may start.
     if control.handed_to.load(Ordering::Acquire) != 0 {
         server.guards.disown();
+        LIFECYCLE.handed_off.store(true, Ordering::Release);
     }
     drop(std::mem::take(&mut server.guards));
     LIFECYCLE.draining.store(true, Ordering::Release);
@@ -536,12 +538,19 @@ impl Server {
     fn reload(&mut self) {
         let g = self.generation;
         crate::log_info!("server", "signal HUP: reloading {}", self.path.display());
+        crate::process::lifecycle::notify_reloading();
         let rejected = |why: &str| {
             LIFECYCLE.reloads_rejected.fetch_add(1, Ordering::AcqRel);
             crate::log_warn!(
                 "server",
                 "reload rejected ({why}); still serving generation {g}"
             );
+            // systemd counts READY=1 as the reload's end whatever came
+            // before; the unit's ExecReload= (`zgix --check`) is what fails
+            // `systemctl reload` on a bad file. STATUS= shows the rest.
+            sd_notify(&format!(
+                "STATUS=reload rejected ({why}); serving generation {g}\nREADY=1"
+            ));
         };
         let config = match Config::from_file(&self.path) {
             Ok(c) => c,
@@ -649,7 +658,10 @@ impl Server {
             kept.len(),
             if all { "" } else { "; a shard has not taken it yet" }
         );
-        sd_notify("READY=1");
+        sd_notify(&format!(
+            "STATUS=serving generation {}\nREADY=1",
+            self.generation
+        ));
     }
 }
 

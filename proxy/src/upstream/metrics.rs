@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::observe::counter::Counter;
 use crate::observe::decision::UpstreamError;
+use crate::upstream::cluster::Upstreams;
 
 /// Upper bounds of the time-to-first-byte buckets, in microseconds: 100 µs to 10 s.
 pub const TTFB_BUCKETS_US: [u64; 16] = [
@@ -84,21 +85,23 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Everything one shard counts about upstreams.
+/// Everything one shard counts about upstreams. Each block is shared with
+/// the previous generation's (by cluster and endpoint name, see
+/// [`carry_over`]), so a reload never resets a counter.
 #[repr(align(128))]
 pub struct ShardUpstream {
-    pub endpoints: Box<[EndpointStats]>,
-    pub retries: [Counter; RetryReason::ALL.len()],
+    pub endpoints: Box<[Arc<EndpointStats>]>,
+    pub retries: Arc<[Counter; RetryReason::ALL.len()]>,
     /// Picks made in panic mode, per cluster.
-    pub panic_picks: Box<[Counter]>,
+    pub panic_picks: Box<[Arc<Counter>]>,
 }
 
 impl ShardUpstream {
     fn new(endpoints: usize, clusters: usize) -> ShardUpstream {
         ShardUpstream {
-            endpoints: (0..endpoints).map(|_| EndpointStats::default()).collect(),
-            retries: Default::default(),
-            panic_picks: (0..clusters).map(|_| Counter::default()).collect(),
+            endpoints: (0..endpoints).map(|_| Arc::default()).collect(),
+            retries: Arc::default(),
+            panic_picks: (0..clusters).map(|_| Arc::default()).collect(),
         }
     }
 
@@ -132,8 +135,31 @@ impl UpstreamMetrics {
         }
     }
 
-    pub(super) fn sum(&self, ep: usize, f: impl Fn(&EndpointStats) -> u64) -> u64 {
+    /// Endpoint `ep`'s counter `f`, summed over the shards.
+    pub fn sum(&self, ep: usize, f: impl Fn(&EndpointStats) -> u64) -> u64 {
         self.shards.iter().map(|s| f(&s.endpoints[ep])).sum()
+    }
+
+    /// The `q` quantile (0..1) of endpoint `ep`'s time to first byte over
+    /// every shard, in seconds: the upper bound of the bucket it falls in
+    /// (so at most 2.5x off); `None` before any response.
+    pub fn ttfb_quantile(&self, ep: usize, q: f64) -> Option<f64> {
+        let counts: Vec<u64> = (0..=TTFB_BUCKETS_US.len())
+            .map(|i| self.sum(ep, |s| s.ttfb[i].get()))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(TTFB_BUCKETS_US.get(i).map_or(f64::INFINITY, |&b| b as f64 / 1e6));
+            }
+        }
+        None
     }
 
     /// `zgix_upstream_retries_total{reason}`. Rendered by the caller in place
@@ -155,6 +181,39 @@ impl UpstreamMetrics {
                 "zgix_upstream_retries_total{{reason=\"{}\"}} {v}",
                 why.label()
             );
+        }
+    }
+}
+
+/// Makes `next`'s counters continue `prev`'s (a reload): the retry counts,
+/// each cluster's panic picks by cluster name and each endpoint's counters
+/// by cluster name and endpoint label. Series new in `next` start at 0.
+pub fn carry_over(next: &mut Upstreams, prev: &Upstreams) {
+    let ep_of = |up: &Upstreams, ep: usize| {
+        let u = &up.upstreams[ep];
+        (up.clusters[u.cluster].name.clone(), u.label.clone())
+    };
+    let prev_eps: Vec<(String, String)> = (0..prev.upstreams.len())
+        .map(|ep| ep_of(prev, ep))
+        .collect();
+    let next_eps: Vec<(String, String)> = (0..next.upstreams.len())
+        .map(|ep| ep_of(next, ep))
+        .collect();
+    for (i, shard) in next.upstream_stats.shards.iter_mut().enumerate() {
+        let Some(old) = prev.upstream_stats.shards.get(i) else {
+            continue;
+        };
+        let shard = Arc::get_mut(shard).expect("carried over before it is shared");
+        shard.retries = old.retries.clone();
+        for (ep, key) in next_eps.iter().enumerate() {
+            if let Some(p) = prev_eps.iter().position(|k| k == key) {
+                shard.endpoints[ep] = old.endpoints[p].clone();
+            }
+        }
+        for (ci, c) in next.clusters.iter().enumerate() {
+            if let Some(p) = prev.clusters.iter().position(|o| o.name == c.name) {
+                shard.panic_picks[ci] = old.panic_picks[p].clone();
+            }
         }
     }
 }
@@ -196,5 +255,33 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("zgix_upstream_retries_total{reason=\"reset_before_response\"} 0\n"));
+    }
+
+    #[test]
+    fn a_reload_continues_every_counter_by_name() {
+        let doc = |eps: &str| {
+            format!(
+                r#"{{"listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "c"}}}}],
+                "clusters": {{"c": {{"endpoints": {eps}}}}}}}"#
+            )
+        };
+        let build = |eps: &str| {
+            crate::upstream::cluster::Upstreams::build(
+                &zgix_config::Config::from_json(&doc(eps)).unwrap(),
+                1,
+            )
+        };
+        let old = build(r#"["127.0.0.1:1", "127.0.0.1:2"]"#);
+        let s = &old.upstream_stats.shards[0];
+        s.retry(RetryReason::Reset);
+        drop(s.begin(1));
+        s.panic_picks[0].inc();
+        let mut new = build(r#"["127.0.0.1:2", "127.0.0.1:3"]"#);
+        carry_over(&mut new, &old);
+        let n = &new.upstream_stats.shards[0];
+        assert_eq!(n.retries[RetryReason::Reset as usize].get(), 1);
+        assert_eq!(n.endpoints[0].requests.get(), 1, "127.0.0.1:2 by label");
+        assert_eq!(n.endpoints[1].requests.get(), 0);
+        assert_eq!(n.panic_picks[0].get(), 1);
     }
 }
