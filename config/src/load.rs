@@ -66,7 +66,9 @@ pub(crate) fn available_cpus() -> Vec<usize> {
                 .and_then(|l| parse_cpu_list(l.trim()))
         })
         .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect())
+        .unwrap_or_else(|| {
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+        })
 }
 
 /// A kernel CPU list (`0-3,6,8-9`) in ascending order; `None` if malformed.

@@ -50,30 +50,52 @@ fn drain_disable_and_enable_steer_traffic_and_survive_a_reload() {
     let (a, b) = (Origin::named("a"), Origin::named("b"));
     let z = Zgix::start(&Config::new(&[a.addr(), b.addr()]).cpus(&[0]).admin());
     let seen = origins(&z, 4);
-    assert!(seen.contains(&"a".into()) && seen.contains(&"b".into()), "{seen:?}");
+    assert!(
+        seen.contains(&"a".into()) && seen.contains(&"b".into()),
+        "{seen:?}"
+    );
     let ea = a.addr().to_string();
     let r = post(&z, &format!("/endpoints/api/{ea}/drain"), None);
     assert_eq!(r.status, 200, "{}", r.show());
     let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(body["state"], "draining");
     assert_eq!(body["previous"], "enabled");
-    assert!(origins(&z, 6).iter().all(|o| o == "b"), "drained: no new request to a");
-    assert_eq!(status(&z)["clusters"][0]["endpoints"][0]["state"], "draining");
+    assert!(
+        origins(&z, 6).iter().all(|o| o == "b"),
+        "drained: no new request to a"
+    );
+    assert_eq!(
+        status(&z)["clusters"][0]["endpoints"][0]["state"],
+        "draining"
+    );
     // The last endpoint in service cannot be taken out.
     let eb = b.addr().to_string();
     let r = post(&z, &format!("/endpoints/api/{eb}/disable"), None);
     assert_eq!(r.status, 409, "{}", r.show());
     assert!(origins(&z, 2).iter().all(|o| o == "b"));
     // Precise refusals for what does not exist.
-    assert_eq!(post(&z, "/endpoints/nope/1.2.3.4:1/drain", None).status, 404);
+    assert_eq!(
+        post(&z, "/endpoints/nope/1.2.3.4:1/drain", None).status,
+        404
+    );
     assert_eq!(post(&z, "/endpoints/api/1.2.3.4:1/drain", None).status, 404);
-    assert_eq!(post(&z, &format!("/endpoints/api/{ea}/maint"), None).status, 404);
+    assert_eq!(
+        post(&z, &format!("/endpoints/api/{ea}/maint"), None).status,
+        404
+    );
     let mut c = Client::connect(z.admin.unwrap());
-    let r = c.request(format!("GET /endpoints/api/{ea}/drain HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+    let r =
+        c.request(format!("GET /endpoints/api/{ea}/drain HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
     assert_eq!((r.status, r.field("allow")), (405, Some("POST")));
     // Enable a, disable b: everything goes to a.
-    assert_eq!(post(&z, &format!("/endpoints/api/{ea}/enable"), None).status, 200);
-    assert_eq!(post(&z, &format!("/endpoints/api/{eb}/disable"), None).status, 200);
+    assert_eq!(
+        post(&z, &format!("/endpoints/api/{ea}/enable"), None).status,
+        200
+    );
+    assert_eq!(
+        post(&z, &format!("/endpoints/api/{eb}/disable"), None).status,
+        200
+    );
     assert!(origins(&z, 6).iter().all(|o| o == "a"));
     // A reload keeps the operator's state.
     z.signal("HUP");
@@ -81,19 +103,38 @@ fn drain_disable_and_enable_steer_traffic_and_survive_a_reload() {
     let s = status(&z);
     assert_eq!(s["generation"], 2);
     assert_eq!(s["clusters"][0]["endpoints"][1]["state"], "disabled");
-    assert!(origins(&z, 6).iter().all(|o| o == "a"), "still disabled after the reload");
+    assert!(
+        origins(&z, 6).iter().all(|o| o == "a"),
+        "still disabled after the reload"
+    );
     let m = metrics_text(&z);
-    assert_eq!(series(&m, "zgix_admin_endpoint_changes_total{state=\"draining\"}"), 1.0);
-    assert_eq!(series(&m, "zgix_admin_endpoint_changes_total{state=\"disabled\"}"), 1.0);
-    assert_eq!(series(&m, "zgix_admin_endpoint_changes_total{state=\"enabled\"}"), 1.0);
+    assert_eq!(
+        series(&m, "zgix_admin_endpoint_changes_total{state=\"draining\"}"),
+        1.0
+    );
+    assert_eq!(
+        series(&m, "zgix_admin_endpoint_changes_total{state=\"disabled\"}"),
+        1.0
+    );
+    assert_eq!(
+        series(&m, "zgix_admin_endpoint_changes_total{state=\"enabled\"}"),
+        1.0
+    );
     let log = z.stderr();
     assert!(
-        log.lines().any(|l| log_message(l).is_some_and(|(lvl, comp, msg)| lvl == "info"
-            && comp == "admin"
-            && msg.starts_with(&format!("clusters.api endpoint {eb}: enabled -> disabled (POST from 127.0.0.1:")))),
+        log.lines().any(
+            |l| log_message(l).is_some_and(|(lvl, comp, msg)| lvl == "info"
+                && comp == "admin"
+                && msg.starts_with(&format!(
+                    "clusters.api endpoint {eb}: enabled -> disabled (POST from 127.0.0.1:"
+                )))
+        ),
         "{log}"
     );
-    assert_eq!(post(&z, &format!("/endpoints/api/{eb}/enable"), None).status, 200);
+    assert_eq!(
+        post(&z, &format!("/endpoints/api/{eb}/enable"), None).status,
+        200
+    );
     let seen = origins(&z, 4);
     assert!(seen.contains(&"b".into()), "enabled again: {seen:?}");
 }
@@ -113,15 +154,36 @@ fn posts_need_the_bearer_token_when_one_is_set() {
     let path = format!("/endpoints/api/{}/drain", a.addr());
     let r = post(&z, &path, None);
     assert_eq!(r.status, 401, "{}", r.show());
-    assert_eq!(r.field("www-authenticate"), Some("Bearer realm=\"zgix-admin\""));
-    assert_eq!(post(&z, &path, Some("Bearer Zm9vYmFyLXRva2VuLTAxMjM0NTY4")).status, 401);
+    assert_eq!(
+        r.field("www-authenticate"),
+        Some("Bearer realm=\"zgix-admin\"")
+    );
+    assert_eq!(
+        post(&z, &path, Some("Bearer Zm9vYmFyLXRva2VuLTAxMjM0NTY4")).status,
+        401
+    );
     assert_eq!(post(&z, &path, Some(&format!("Basic {token}"))).status, 401);
-    assert_eq!(post(&z, &path, Some(&format!("Bearer {token}x"))).status, 401);
-    assert_eq!(status(&z)["clusters"][0]["endpoints"][0]["state"], "enabled");
-    assert_eq!(post(&z, &path, Some(&format!("bearer {token}"))).status, 200);
-    assert_eq!(status(&z)["clusters"][0]["endpoints"][0]["state"], "draining");
+    assert_eq!(
+        post(&z, &path, Some(&format!("Bearer {token}x"))).status,
+        401
+    );
+    assert_eq!(
+        status(&z)["clusters"][0]["endpoints"][0]["state"],
+        "enabled"
+    );
+    assert_eq!(
+        post(&z, &path, Some(&format!("bearer {token}"))).status,
+        200
+    );
+    assert_eq!(
+        status(&z)["clusters"][0]["endpoints"][0]["state"],
+        "draining"
+    );
     // GETs stay open.
-    assert_eq!(series(&metrics_text(&z), "zgix_admin_refused_total{code=\"401\"}"), 4.0);
+    assert_eq!(
+        series(&metrics_text(&z), "zgix_admin_refused_total{code=\"401\"}"),
+        4.0
+    );
 }
 
 #[test]
@@ -139,8 +201,11 @@ fn without_a_token_posts_are_refused_on_a_non_loopback_bind() {
     let port = z.admin.unwrap().port();
     let mut c = Client::connect(([127, 0, 0, 1], port).into());
     let r = c.request(
-        format!("POST /endpoints/api/{}/disable HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", a.addr())
-            .as_bytes(),
+        format!(
+            "POST /endpoints/api/{}/disable HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            a.addr()
+        )
+        .as_bytes(),
     );
     assert_eq!(r.status, 403, "{}", r.show());
     let mut c = Client::connect(([127, 0, 0, 1], port).into());
@@ -174,7 +239,9 @@ fn the_admin_listener_times_out_slow_clients_caps_connections_and_logs_requests(
             break;
         }
         let mut peek = [0u8; 1];
-        slow.stream().set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        slow.stream()
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
         if let Ok(n) = slow.stream().peek(&mut peek) {
             answered = Some(n);
             break;
@@ -183,7 +250,9 @@ fn the_admin_listener_times_out_slow_clients_caps_connections_and_logs_requests(
     let took = started.elapsed();
     assert!(answered.is_some(), "the slow client was not cut");
     assert!(took < Duration::from_millis(2500), "cut after {took:?}");
-    slow.stream().set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    slow.stream()
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let r = slow.read_response();
     assert_eq!(r.status, 408, "{}", r.show());
     // The cap: two silent connections hold both slots; a third waits in
@@ -209,10 +278,8 @@ fn the_admin_listener_times_out_slow_clients_caps_connections_and_logs_requests(
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("\"/live\""))
     });
     let text = std::fs::read_to_string(&log).unwrap();
-    let line: serde_json::Value = serde_json::from_str(
-        text.lines().find(|l| l.contains("\"/live\"")).unwrap(),
-    )
-    .unwrap();
+    let line: serde_json::Value =
+        serde_json::from_str(text.lines().find(|l| l.contains("\"/live\"")).unwrap()).unwrap();
     assert_eq!(line["listener"], "admin", "{line}");
     assert_eq!(line["status"], 200, "{line}");
     assert_eq!(line["decision"], "admin", "{line}");
@@ -235,7 +302,9 @@ fn access_log_lines_that_cannot_be_written_are_counted_as_dropped() {
         assert_eq!(c.get("/").status, 200);
     }
     // Every write to /dev/full fails (ENOSPC): the lines are lost, and counted.
-    wait_until("dropped lines", || metric(&z, "zgix_access_log_dropped_total") >= 20.0);
+    wait_until("dropped lines", || {
+        metric(&z, "zgix_access_log_dropped_total") >= 20.0
+    });
     assert!(z.stderr().contains("cannot write /dev/full"));
 }
 
@@ -282,7 +351,10 @@ fn an_omitted_cpus_uses_the_affinity_mask_and_cpus_are_checked_against_it() {
         )
     };
     let (mut child, lines) = start_pinned(&json(""));
-    assert!(lines.iter().any(|l| l.contains("ready (1 shards")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("ready (1 shards")),
+        "{lines:?}"
+    );
     let pid = child.id();
     let task = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
@@ -293,8 +365,15 @@ fn an_omitted_cpus_uses_the_affinity_mask_and_cpus_are_checked_against_it() {
         })
         .expect("a thread named zgix-shard-0-*");
     let st = std::fs::read_to_string(task.path().join("status")).unwrap();
-    let allowed = st.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap();
-    assert_eq!(allowed.trim(), "1", "the shard runs on CPU 1, the mask's only CPU");
+    let allowed = st
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap();
+    assert_eq!(
+        allowed.trim(),
+        "1",
+        "the shard runs on CPU 1, the mask's only CPU"
+    );
     let _ = child.kill();
     let _ = child.wait();
     // `"cpus": [1]` is what the mask allows; `[0]` is refused with its path.

@@ -468,7 +468,10 @@ mod tests {
     #[test]
     fn drained_and_disabled_endpoints_get_no_picks_even_in_panic_mode() {
         use crate::upstream::health::AdminState;
-        let rt = runtime(r#"["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]"#, "round_robin");
+        let rt = runtime(
+            r#"["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]"#,
+            "round_robin",
+        );
         rt.upstreams[0].health.set_admin_state(AdminState::Draining);
         rt.upstreams[1].health.set_admin_state(AdminState::Disabled);
         assert_eq!(counts(&rt, 30), [0, 0, 30]);

@@ -156,7 +156,11 @@ impl UpstreamMetrics {
         for (i, c) in counts.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                return Some(TTFB_BUCKETS_US.get(i).map_or(f64::INFINITY, |&b| b as f64 / 1e6));
+                return Some(
+                    TTFB_BUCKETS_US
+                        .get(i)
+                        .map_or(f64::INFINITY, |&b| b as f64 / 1e6),
+                );
             }
         }
         None

@@ -34,7 +34,11 @@ pub fn read() -> ProcessStats {
         if let Some(f) = stat_fields(&stat) {
             // Fields 14, 15 (utime, stime), 22 (starttime) in clock ticks,
             // 23 (vsize) in bytes, 24 (rss) in pages: proc(5), 1-based.
-            let n = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            let n = |i: usize| {
+                f.get(i - 3)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
             p.cpu_seconds = (n(14) + n(15)) as f64 / ticks;
             p.virtual_bytes = n(23);
             p.resident_bytes = n(24) * page;
@@ -127,14 +131,20 @@ mod tests {
     #[test]
     fn reads_this_process() {
         let p = read();
-        assert!(p.resident_bytes > 0 && p.virtual_bytes >= p.resident_bytes, "{p:?}");
+        assert!(
+            p.resident_bytes > 0 && p.virtual_bytes >= p.resident_bytes,
+            "{p:?}"
+        );
         assert!(p.open_fds >= 3 && p.max_fds >= p.open_fds, "{p:?}");
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
         let start = p.start_time.expect("btime and starttime");
-        assert!(start <= now + 1.0 && start > now - 86_400.0 * 365.0, "{start} vs {now}");
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0 * 365.0,
+            "{start} vs {now}"
+        );
     }
 
     #[test]

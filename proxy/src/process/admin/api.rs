@@ -121,7 +121,10 @@ fn authorise(shard: &Shard, head: &RequestHead, buf: &[u8]) -> Option<Reply> {
             LIFECYCLE.admin_refused[0].fetch_add(1, AcqRel);
             Some(Reply {
                 extra: "www-authenticate: Bearer realm=\"zgix-admin\"\r\n".into(),
-                ..Reply::text(401, "unauthorized: POST needs Authorization: Bearer <admin.token>\n")
+                ..Reply::text(
+                    401,
+                    "unauthorized: POST needs Authorization: Bearer <admin.token>\n",
+                )
             })
         }
         None if admin.bind.ip().is_loopback() => None,
@@ -228,8 +231,14 @@ mod tests {
         assert!(!constant_time_eq(b"abcdef012345678", b"abcdef0123456789"));
         assert!(!constant_time_eq(b"abcdef01234567890", b"abcdef0123456789"));
         assert!(!constant_time_eq(b"", b"a"));
-        assert_eq!(percent_decode("%5B%3A%3A1%5D:80").as_deref(), Some("[::1]:80"));
-        assert_eq!(percent_decode("127.0.0.1:9000").as_deref(), Some("127.0.0.1:9000"));
+        assert_eq!(
+            percent_decode("%5B%3A%3A1%5D:80").as_deref(),
+            Some("[::1]:80")
+        );
+        assert_eq!(
+            percent_decode("127.0.0.1:9000").as_deref(),
+            Some("127.0.0.1:9000")
+        );
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%4"), None);
     }

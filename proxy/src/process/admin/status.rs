@@ -125,7 +125,15 @@ fn clusters(shard: &Shard) -> Vec<Value> {
     let up = &shard.rt.up;
     let stats = &up.upstream_stats;
     let now = now_ms();
-    let ms = |s: Option<f64>| s.map(|v| if v.is_finite() { json!(v * 1000.0) } else { json!(">10000") });
+    let ms = |s: Option<f64>| {
+        s.map(|v| {
+            if v.is_finite() {
+                json!(v * 1000.0)
+            } else {
+                json!(">10000")
+            }
+        })
+    };
     up.clusters
         .iter()
         .map(|c| {
@@ -297,7 +305,10 @@ mod tests {
 
     #[test]
     fn html_escapes_every_special_character() {
-        assert_eq!(esc("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
         assert_eq!(cell(&Value::Null), "-");
         assert_eq!(cell(&json!("<b>")), "&lt;b&gt;");
     }

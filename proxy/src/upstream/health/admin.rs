@@ -182,7 +182,10 @@ mod tests {
             set(&u, "c", "127.0.0.1:1", AdminState::Enabled),
             Ok((0, AdminState::Draining))
         );
-        assert_eq!(AdminState::from_action("disable"), Some(AdminState::Disabled));
+        assert_eq!(
+            AdminState::from_action("disable"),
+            Some(AdminState::Disabled)
+        );
         assert_eq!(AdminState::from_action("maint"), None);
     }
 
