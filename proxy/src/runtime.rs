@@ -179,8 +179,7 @@ impl Runtime {
         let l = &config.limits;
         let mut up = Upstreams::build(&config, shard_count);
         if let Some(p) = prev {
-            crate::upstream::metrics::carry_over(&mut up, &p.up);
-            crate::upstream::health::admin::carry_over(&up, &p.up);
+            crate::upstream::reload::carry_over(&mut up, &p.up);
         }
         crate::upstream::resolver::resolve_at_load(&mut up);
         let names: Vec<&String> = config.clusters.keys().collect();

@@ -20,9 +20,12 @@ use crate::upstream::health::now_ms;
 /// Seconds between the browser's reloads of the page.
 const REFRESH_S: u32 = 5;
 
+/// A sample of the request counts: when, and each listener's by name.
+type Sample = (Instant, Vec<(String, u64)>);
+
 thread_local! {
-    /// The previous sample: when, and each listener's request count by name.
-    static LAST: RefCell<Option<(Instant, Vec<(String, u64)>)>> = const { RefCell::new(None) };
+    /// The previous sample.
+    static LAST: RefCell<Option<Sample>> = const { RefCell::new(None) };
 }
 
 fn unix_now() -> f64 {
