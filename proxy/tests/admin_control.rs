@@ -393,3 +393,35 @@ fn an_omitted_cpus_uses_the_affinity_mask_and_cpus_are_checked_against_it() {
         "{err}"
     );
 }
+
+#[test]
+fn active_health_transitions_are_error_log_lines() {
+    let origin = Origin::start();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let z = Zgix::start_json(&format!(
+        r#"{{"cpus":[0],"admin":{{"bind":"127.0.0.1:0"}},
+            "listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}}],
+            "clusters":{{"api":{{"endpoints":["{dead}","{}"],
+                "health":{{"active":{{"path":"/","interval_ms":100,"timeout_ms":50,"unhealthy":2}}}}}}}}}}"#,
+        origin.addr()
+    ));
+    let want = format!("clusters.api: {dead} failed 2 active checks (");
+    wait_until("the down line", || z.stderr().contains(&want));
+    let log = z.stderr();
+    let line = log.lines().find(|l| l.contains(&want)).unwrap();
+    let (level, component, msg) =
+        log_message(line).unwrap_or_else(|| panic!("not in the log format: {line}"));
+    assert_eq!((level, component), ("warn", "upstream"), "{line}");
+    assert!(msg.ends_with("); down"), "{line}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("zgix: clusters.")),
+        "no bare eprintln lines:\n{log}"
+    );
+    // Disabled by the operator: no more probes, so no more verdicts.
+    let r = post(&z, &format!("/endpoints/api/{dead}/disable"), None);
+    assert_eq!(r.status, 200);
+    assert_eq!(status(&z)["clusters"][0]["endpoints"][0]["health"], "down");
+}
