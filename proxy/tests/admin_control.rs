@@ -311,8 +311,18 @@ fn access_log_lines_that_cannot_be_written_are_counted_as_dropped() {
     assert!(z.stderr().contains("cannot write /dev/full"));
 }
 
-/// Starts zgix under `taskset -c 1` and returns it with its stderr reader.
-fn start_pinned(json: &str) -> (std::process::Child, Vec<String>) {
+/// A child process killed when dropped (a failed assertion leaves none behind).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts zgix under `taskset -c 1` and returns it with its stderr lines up to `ready`.
+fn start_pinned(json: &str) -> (Killed, Vec<String>) {
     let config = TempConfig::new(&with_test_defaults(json));
     let mut child = Command::new("taskset")
         .args(["-c", "1", zgix_bin(), "--config"])
@@ -338,7 +348,7 @@ fn start_pinned(json: &str) -> (std::process::Child, Vec<String>) {
         }
     }
     thread::spawn(move || for _ in r.lines() {});
-    (child, lines)
+    (Killed(child), lines)
 }
 
 #[test]
@@ -353,12 +363,12 @@ fn an_omitted_cpus_uses_the_affinity_mask_and_cpus_are_checked_against_it() {
             origin.addr()
         )
     };
-    let (mut child, lines) = start_pinned(&json(""));
+    let (child, lines) = start_pinned(&json(""));
     assert!(
         lines.iter().any(|l| l.contains("ready (1 shards")),
         "{lines:?}"
     );
-    let pid = child.id();
+    let pid = child.0.id();
     let task = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
@@ -377,12 +387,14 @@ fn an_omitted_cpus_uses_the_affinity_mask_and_cpus_are_checked_against_it() {
         "1",
         "the shard runs on CPU 1, the mask's only CPU"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     // `"cpus": [1]` is what the mask allows; `[0]` is refused with its path.
-    let (mut child, _) = start_pinned(&json(r#""cpus":[1],"#));
-    let _ = child.kill();
-    let _ = child.wait();
+    let (child, lines) = start_pinned(&json(r#""cpus":[1],"#));
+    assert!(
+        lines.iter().any(|l| l.contains("ready (1 shards")),
+        "{lines:?}"
+    );
+    drop(child);
     let config = TempConfig::new(&json(r#""cpus":[0],"#));
     let out = Command::new("taskset")
         .args(["-c", "1", zgix_bin(), "--check", "--config"])
