@@ -82,18 +82,22 @@ impl EndpointHealth {
 }
 
 /// What a reload keeps of `prev`'s endpoints in `next`, matched by cluster
-/// name and endpoint label: the operator's state (until changed) and the
-/// ejection count (a counter never goes back). Endpoints new in `next` start
-/// enabled.
-pub fn carry_over(next: &Upstreams, prev: &Upstreams) {
-    for u in &next.upstreams {
-        let cluster = &next.clusters[u.cluster].name;
+/// name and endpoint label: the operator's state (the same atomic, so a
+/// change made on either runtime holds for both) and the ejection count (a
+/// counter never goes back). Endpoints new in `next` start enabled.
+pub fn carry_over(next: &mut Upstreams, prev: &Upstreams) {
+    let names: Vec<String> = next
+        .upstreams
+        .iter()
+        .map(|u| next.clusters[u.cluster].name.clone())
+        .collect();
+    for (u, cluster) in next.upstreams.iter_mut().zip(names) {
         let old = prev
             .upstreams
             .iter()
-            .find(|o| o.label == u.label && prev.clusters[o.cluster].name == *cluster);
+            .find(|o| o.label == u.label && prev.clusters[o.cluster].name == cluster);
         if let Some(o) = old {
-            u.health.set_admin_state(o.health.admin_state());
+            u.health.admin = o.health.admin.clone();
             u.health
                 .ejections
                 .store(o.health.ejections.load(Relaxed), Relaxed);
@@ -195,8 +199,8 @@ mod tests {
         set(&old, "c", "127.0.0.1:2", AdminState::Disabled).unwrap();
         old.upstreams[1].health.ejections.store(3, Relaxed);
         // Reordered, one added: matched by label, the new one enabled.
-        let new = up(r#"["127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:1"]"#);
-        carry_over(&new, &old);
+        let mut new = up(r#"["127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:1"]"#);
+        carry_over(&mut new, &old);
         let state: Vec<_> = new
             .upstreams
             .iter()
@@ -211,5 +215,8 @@ mod tests {
             ]
         );
         assert_eq!(new.upstreams[1].health.ejections(), 3);
+        // One state for both generations: a change on the old one holds.
+        set(&old, "c", "127.0.0.1:2", AdminState::Enabled).unwrap();
+        assert!(new.upstreams[1].health.in_service());
     }
 }

@@ -91,8 +91,10 @@ pub struct EndpointHealth {
     /// Set while a named endpoint has never resolved.
     unresolved: AtomicBool,
     ejections: AtomicU64,
-    /// The operator's [`AdminState`] (see `admin.rs`).
-    admin: std::sync::atomic::AtomicU8,
+    /// The operator's [`AdminState`] (see `admin.rs`): shared with the same
+    /// endpoint's slot in every generation, so a change made while a reload
+    /// is being applied is seen by both runtimes.
+    admin: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl EndpointHealth {
@@ -107,7 +109,7 @@ impl EndpointHealth {
             active_down: AtomicBool::new(false),
             unresolved: AtomicBool::new(false),
             ejections: AtomicU64::new(0),
-            admin: std::sync::atomic::AtomicU8::new(0),
+            admin: Default::default(),
         }
     }
 
