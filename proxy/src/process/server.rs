@@ -58,7 +58,6 @@ pub fn run(start: Start) -> Result<i32, String> {
     } else {
         sd_notify("READY=1");
     }
-    LIFECYCLE.ready.store(true, Ordering::Release);
     server.publish_table();
     let control = ControlThread::spawn(&server)?;
     serve(&mut server, &signals, &control, &live, cpus.len())?;
@@ -153,6 +152,8 @@ fn start_shards(
             .map_err(|_| format!("shard {i} exited before binding"))??;
     }
     server.announce();
+    // Every shard accepts: `/ready` answers 200 from the `ready` line on.
+    LIFECYCLE.ready.store(true, Ordering::Release);
     crate::log_info!(
         "server",
         "ready ({} shards, {})",
