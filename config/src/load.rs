@@ -1,4 +1,4 @@
-//! Loading: JSON text or a file into a validated `Config`, and the CPU list shards run on.
+//! Loading: JSON text or a file into a validated `Config`, and the CPU list shards run on (the process's affinity mask).
 
 use std::path::Path;
 
@@ -30,13 +30,13 @@ impl Config {
         Config::from_json(&text)
     }
 
-    /// CPUs to start one shard on each: `cpus` as given, or `0..n` where `n`
-    /// is [`std::thread::available_parallelism`] (which honours the process's
-    /// affinity mask and cgroup quota), or `[0]` if that is unknown.
+    /// CPUs to start one shard on each: `cpus` as given, or every CPU of the
+    /// process's affinity mask (`taskset`, systemd's `CPUAffinity=`), or `[0]`
+    /// if the mask cannot be read.
     pub fn shard_cpus(&self) -> Vec<usize> {
         match &self.cpus {
             Some(cpus) => cpus.clone(),
-            None => (0..available_cpus()).collect(),
+            None => available_cpus(),
         }
     }
 }
@@ -52,9 +52,41 @@ pub(crate) fn deserialize(text: &str) -> Result<Config, Vec<ConfigError>> {
     Ok(config)
 }
 
-/// How many CPUs shards may use: `available_parallelism`, at least 1.
-pub(crate) fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The CPUs this process may run on: its affinity mask, as the kernel
+/// reports it in `/proc/self/status` (`Cpus_allowed_list: 0-3,6`, the mask
+/// `sched_getaffinity(2)` returns); else `0..available_parallelism`.
+pub(crate) fn available_cpus() -> Vec<usize> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .and_then(|l| parse_cpu_list(l.trim()))
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+        })
+}
+
+/// A kernel CPU list (`0-3,6,8-9`) in ascending order; `None` if malformed.
+pub(crate) fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 1 << 16 {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Some(cpus)
 }
 
 /// The JSON path of serde's position, written so it always names one place in the

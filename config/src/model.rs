@@ -48,14 +48,6 @@ pub struct Config {
     pub fleet: Option<crate::admission::Fleet>,
 }
 
-/// The admin endpoint (metrics, health).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Admin {
-    /// Address the admin endpoint listens on.
-    pub bind: SocketAddr,
-}
-
 /// One listening socket and what it serves.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -235,7 +227,7 @@ pub enum Lb {
 }
 
 pub use crate::observe::{
-    AccessLog, AccessLogFormat, ServerHeader, DEFAULT_ACCESS_LOG_BUFFER_BYTES,
+    AccessLog, AccessLogFormat, Admin, ServerHeader, DEFAULT_ACCESS_LOG_BUFFER_BYTES,
     DEFAULT_SERVER_HEADER, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES,
     MIN_ACCESS_LOG_BUFFER_BYTES,
 };

@@ -1,6 +1,58 @@
-//! Observability settings in the config: the access log and the `Server` header (the accessors that read them, `Config::server_header` and `Config::listener_names`, are in model.rs).
+//! Observability settings in the config: the admin endpoint, the access log and the `Server` header (the accessors that read them, `Config::server_header` and `Config::listener_names`, are in model.rs).
+
+use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
+
+/// Default `admin.max_connections`: a few scrapers, a status page, an operator.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
+/// Largest `admin.max_connections`.
+pub const MAX_ADMIN_MAX_CONNECTIONS: usize = 4096;
+/// Default `admin.header_timeout_ms`: the whole request head, from the accept.
+pub const DEFAULT_ADMIN_HEADER_TIMEOUT_MS: u64 = 5_000;
+/// Default `admin.idle_timeout_ms`: the longest one read or write may wait.
+pub const DEFAULT_ADMIN_IDLE_TIMEOUT_MS: u64 = 5_000;
+/// Bounds of both admin timeouts.
+pub const MIN_ADMIN_TIMEOUT_MS: u64 = 100;
+/// Upper bound of both admin timeouts: a minute.
+pub const MAX_ADMIN_TIMEOUT_MS: u64 = 60_000;
+/// Shortest `admin.token`: 16 bytes, so a token cannot be guessed online.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 16;
+/// Longest `admin.token`.
+pub const MAX_ADMIN_TOKEN_BYTES: usize = 256;
+
+/// `admin`: the admin endpoint (metrics, readiness, status page, endpoint control).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// Address the admin endpoint listens on.
+    pub bind: SocketAddr,
+    /// When set, every `POST` needs `Authorization: Bearer <token>`; when
+    /// absent, `POST` is refused unless `bind` is a loopback address.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Admin connections open at once; more wait in the backlog.
+    #[serde(default = "default_admin_max_connections")]
+    pub max_connections: usize,
+    /// The whole request head must arrive within this, from the accept.
+    #[serde(default = "default_admin_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// The longest any one read or write of an admin connection may wait.
+    #[serde(default = "default_admin_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+}
+
+fn default_admin_max_connections() -> usize {
+    DEFAULT_ADMIN_MAX_CONNECTIONS
+}
+
+fn default_admin_header_timeout_ms() -> u64 {
+    DEFAULT_ADMIN_HEADER_TIMEOUT_MS
+}
+
+fn default_admin_idle_timeout_ms() -> u64 {
+    DEFAULT_ADMIN_IDLE_TIMEOUT_MS
+}
 
 /// The product name zgix puts in `Server` when `server_header` is absent.
 pub const DEFAULT_SERVER_HEADER: &str = "zgix";

@@ -29,17 +29,21 @@ impl Config {
     /// Checks every rule the types cannot express and returns all violations,
     /// in document order, or `Ok(())`.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
-        validate_with_cpus(self, available_cpus())
+        validate_with_cpus(self, &available_cpus())
     }
 }
 
-/// [`Config::validate`] against a given CPU count, so tests do not depend on the machine.
-pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec<ConfigError>> {
+/// [`Config::validate`] against a given affinity mask (the CPUs the process
+/// may run on), so tests do not depend on the machine.
+pub(crate) fn validate_with_cpus(config: &Config, cpus: &[usize]) -> Result<(), Vec<ConfigError>> {
     let mut v = Validator {
         config,
         errors: Vec::new(),
     };
     v.cpus(cpus);
+    if let Some(a) = &config.admin {
+        v.admin(a);
+    }
     v.listeners();
     v.clusters();
     v.limits();
@@ -52,6 +56,29 @@ pub(crate) fn validate_with_cpus(config: &Config, cpus: usize) -> Result<(), Vec
         Ok(())
     } else {
         Err(v.errors)
+    }
+}
+
+/// `[0, 1, 2, 5]` as the kernel writes it: `0-2,5`.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(",")
     }
 }
 
@@ -71,26 +98,25 @@ impl Validator<'_> {
         }
     }
 
-    fn cpus(&mut self, available: usize) {
+    fn cpus(&mut self, allowed: &[usize]) {
         let Some(cpus) = &self.config.cpus else {
             return;
         };
         if cpus.is_empty() {
             self.err(
                 "cpus",
-                "must list at least one CPU; omit it to use every available CPU",
+                "must list at least one CPU; omit it to use every CPU of the process's affinity mask",
             );
         }
         let mut seen: HashMap<usize, usize> = HashMap::new();
         for (i, &cpu) in cpus.iter().enumerate() {
             let path = format!("cpus[{i}]");
-            if cpu >= available {
-                let plural = if available == 1 { "CPU is" } else { "CPUs are" };
+            if !allowed.contains(&cpu) {
                 self.err(
                     &path,
                     format!(
-                        "no CPU {cpu}: {available} {plural} available, numbered 0 to {}",
-                        available - 1
+                        "CPU {cpu} is not in the process's affinity mask (CPUs {})",
+                        cpu_list(allowed)
                     ),
                 );
             }

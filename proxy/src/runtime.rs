@@ -198,6 +198,9 @@ impl Runtime {
     fn build(config: Config, shard_count: usize, prev: Option<&Runtime>) -> Runtime {
         let l = &config.limits;
         let mut up = Upstreams::build(&config, shard_count);
+        if let Some(p) = prev {
+            crate::upstream::reload::carry_over(&mut up, &p.up);
+        }
         crate::upstream::resolver::resolve_at_load(&mut up);
         let names: Vec<&String> = config.clusters.keys().collect();
         let mut listener_names = config.listener_names().into_iter();

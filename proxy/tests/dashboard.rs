@@ -27,6 +27,7 @@ fn exported_names() -> BTreeSet<String> {
             rate_capacity: 1,
             conn_in_use: 0,
             conn_capacity: 1,
+            max_connections: 1,
         },
     );
     // Plus the per-endpoint families, rendered from a one-endpoint runtime.

@@ -1,16 +1,52 @@
-//! Validation of the observability settings: access log, `Server` header, listener names.
+//! Validation of the observability settings: the admin endpoint, access log, `Server` header, listener names.
 
 use std::collections::HashMap;
 
 use super::Validator;
 use crate::observe::{
-    ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_LISTENER_NAME_BYTES, MIN_ACCESS_LOG_BUFFER_BYTES,
+    Admin, ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_ADMIN_MAX_CONNECTIONS,
+    MAX_ADMIN_TIMEOUT_MS, MAX_ADMIN_TOKEN_BYTES, MAX_LISTENER_NAME_BYTES,
+    MIN_ACCESS_LOG_BUFFER_BYTES, MIN_ADMIN_TIMEOUT_MS, MIN_ADMIN_TOKEN_BYTES,
 };
 
 /// Longest `server_header` value; a product token and version, not a banner.
 const MAX_SERVER_HEADER_BYTES: usize = 128;
 
 impl Validator<'_> {
+    /// `admin.*`: the token's shape, the connection cap, the timeouts.
+    pub(super) fn admin(&mut self, a: &Admin) {
+        if let Some(t) = &a.token {
+            // RFC 6750 §2.1: b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+            let b64 = |b: u8| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b);
+            if t.len() < MIN_ADMIN_TOKEN_BYTES || t.len() > MAX_ADMIN_TOKEN_BYTES {
+                self.err(
+                    "admin.token",
+                    format!(
+                        "must be between {MIN_ADMIN_TOKEN_BYTES} and {MAX_ADMIN_TOKEN_BYTES} bytes long, got {}",
+                        t.len()
+                    ),
+                );
+            } else if !t.bytes().all(b64) {
+                self.err(
+                    "admin.token",
+                    "must be letters, digits and -._~+/= only (an RFC 6750 bearer token)",
+                );
+            }
+        }
+        self.range(
+            "admin.max_connections",
+            a.max_connections,
+            1,
+            MAX_ADMIN_MAX_CONNECTIONS,
+        );
+        for (key, v) in [
+            ("admin.header_timeout_ms", a.header_timeout_ms),
+            ("admin.idle_timeout_ms", a.idle_timeout_ms),
+        ] {
+            self.range(key, v, MIN_ADMIN_TIMEOUT_MS, MAX_ADMIN_TIMEOUT_MS);
+        }
+    }
+
     pub(super) fn observability(&mut self) {
         let config = self.config;
         if let Some(log) = &config.access_log {

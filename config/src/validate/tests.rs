@@ -10,7 +10,7 @@ const MINIMAL: &str = r#"{ "cpus": [0, 1], "admin": { "bind": "127.0.0.1:9901" }
 fn load(text: &str) -> Result<Config, Vec<String>> {
     let strs = |v: Vec<ConfigError>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
     let c = deserialize(text).map_err(strs)?;
-    validate_with_cpus(&c, 4).map_err(strs)?;
+    validate_with_cpus(&c, &[0, 1, 2, 3]).map_err(strs)?;
     Ok(c)
 }
 
@@ -131,7 +131,7 @@ fn serialize_round_trips() {
 fn unknown_fields_are_named_by_path() {
     let cases: &[(&str, Value, &str)] = &[
         ("/foo", json!(1), "foo: unknown field `foo`, expected one of `cpus`, `admin`, `listeners`, `clusters`, `limits`"),
-        ("/admin/port", json!(1), "admin.port: unknown field `port`, expected `bind`"),
+        ("/admin/port", json!(1), "admin.port: unknown field `port`, expected one of `bind`, `token`, `max_connections`, `header_timeout_ms`, `idle_timeout_ms`"),
         ("/listeners/0/ssl", json!(true), "listeners[0].ssl: unknown field `ssl`, expected one of `bind`, `proxy_protocol`, `clients`, `tls`, `http`"),
         ("/listeners/0/clients/block", json!([]), "listeners[0].clients.block: unknown field `block`, expected `allow` or `deny`"),
         ("/listeners/0/http/extra", json!(1), "listeners[0].http.extra: unknown field `extra`, expected one of `cluster`, `rate_limit`, `conn_limit`, `waf`, `request_filters`"),
@@ -259,11 +259,11 @@ fn syntax_errors_have_no_path() {
 fn cpus() {
     one(
         &[("/cpus", json!([]))],
-        "cpus: must list at least one CPU; omit it to use every available CPU",
+        "cpus: must list at least one CPU; omit it to use every CPU of the process's affinity mask",
     );
     one(
         &[("/cpus", json!([0, 4]))],
-        "cpus[1]: no CPU 4: 4 CPUs are available, numbered 0 to 3",
+        "cpus[1]: CPU 4 is not in the process's affinity mask (CPUs 0-3)",
     );
     assert_eq!(
         errs(&[("/cpus", json!([3, 2, 1, 0]))]),
@@ -271,15 +271,25 @@ fn cpus() {
     );
     let c = deserialize(&with(&[("/cpus", json!([1]))])).unwrap();
     assert_eq!(
-        validate_with_cpus(&c, 1).unwrap_err()[0].to_string(),
-        "cpus[0]: no CPU 1: 1 CPU is available, numbered 0 to 0"
+        validate_with_cpus(&c, &[0]).unwrap_err()[0].to_string(),
+        "cpus[0]: CPU 1 is not in the process's affinity mask (CPUs 0)"
+    );
+    // Under `taskset -c 1` the mask is CPU 1 alone: `[1]` is fine, `[0]` is not.
+    assert!(validate_with_cpus(&c, &[1]).is_ok());
+    let c0 = deserialize(&with(&[("/cpus", json!([0, 3]))])).unwrap();
+    assert_eq!(
+        validate_with_cpus(&c0, &[1, 2, 5, 6, 7]).unwrap_err()[0].to_string(),
+        "cpus[0]: CPU 0 is not in the process's affinity mask (CPUs 1-2,5-7)"
     );
     let mut c = c;
     c.cpus = None;
+    assert_eq!(c.shard_cpus(), crate::load::available_cpus());
     assert_eq!(
-        c.shard_cpus(),
-        (0..crate::load::available_cpus()).collect::<Vec<_>>()
+        crate::load::parse_cpu_list("0-2,5,8-9"),
+        Some(vec![0, 1, 2, 5, 8, 9])
     );
+    assert_eq!(crate::load::parse_cpu_list("3-1"), None);
+    assert_eq!(crate::load::parse_cpu_list("x"), None);
 }
 
 #[test]

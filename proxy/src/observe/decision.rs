@@ -24,6 +24,8 @@ pub enum Decision {
     /// Forwarded although this dry-run control would have refused it (the first
     /// such control in admission order).
     DryRun(Control),
+    /// Answered by the admin endpoint (listener `admin`).
+    Admin,
 }
 
 /// The controls that can run in dry-run mode: what `zgix_l7_dry_run_total` and the
@@ -76,7 +78,7 @@ impl Decision {
             Decision::RateLimited => 1,
             Decision::ConnLimited => 2,
             Decision::Waf => 3,
-            Decision::Filter(_) => 4,
+            Decision::Filter(_) | Decision::Admin => 4,
             Decision::UpstreamError(_) => 5,
             Decision::BadRequest(_) => 6,
             Decision::ClientTimeout => 7,
@@ -125,6 +127,7 @@ pub fn write_decision(out: &mut Vec<u8>, d: Decision, filter_name: Option<&str>)
             out.extend_from_slice(b"dry_run:");
             out.extend_from_slice(c.decision().as_bytes());
         }
+        Decision::Admin => out.extend_from_slice(b"admin"),
         Decision::BadRequest(e) => {
             out.extend_from_slice(b"bad_request:");
             out.extend_from_slice(parse_error_token(e).as_bytes());

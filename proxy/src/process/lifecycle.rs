@@ -14,6 +14,15 @@ pub struct Lifecycle {
     /// Requests and connections still open when the drain deadline passed.
     pub cut_requests: AtomicU64,
     pub cut_connections: AtomicU64,
+    /// Set once every shard accepts on its first generation (`/ready`).
+    pub ready: AtomicBool,
+    /// Set when the listening sockets went to a new process (`--upgrade`):
+    /// the admin socket is answered there, not here, during this drain.
+    pub handed_off: AtomicBool,
+    /// Admin state changes by the state set (`AdminState as usize`).
+    pub endpoint_changes: [AtomicU64; 3],
+    /// Admin POSTs refused: `[401 unauthorized, 403 forbidden]`.
+    pub admin_refused: [AtomicU64; 2],
 }
 
 pub static LIFECYCLE: Lifecycle = Lifecycle {
@@ -23,6 +32,10 @@ pub static LIFECYCLE: Lifecycle = Lifecycle {
     draining: AtomicBool::new(false),
     cut_requests: AtomicU64::new(0),
     cut_connections: AtomicU64::new(0),
+    ready: AtomicBool::new(false),
+    handed_off: AtomicBool::new(false),
+    endpoint_changes: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+    admin_refused: [AtomicU64::new(0), AtomicU64::new(0)],
 };
 
 /// Exit status when the drain deadline cut a request or a connection
@@ -53,6 +66,46 @@ pub fn render(out: &mut String) {
         u8::from(l.draining.load(Relaxed)),
         crate::conn::shard::generations_live(),
     );
+    let _ = writeln!(
+        out,
+        "# HELP zgix_admin_endpoint_changes_total Endpoint state changes made through the admin API, by the state set.\n\
+         # TYPE zgix_admin_endpoint_changes_total counter"
+    );
+    for s in crate::upstream::health::AdminState::ALL {
+        let _ = writeln!(
+            out,
+            "zgix_admin_endpoint_changes_total{{state=\"{}\"}} {}",
+            s.as_str(),
+            l.endpoint_changes[s as usize].load(Relaxed)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP zgix_admin_refused_total Admin POSTs refused: no or a wrong bearer token (401), or no token on a non-loopback admin.bind (403).\n\
+         # TYPE zgix_admin_refused_total counter\n\
+         zgix_admin_refused_total{{code=\"401\"}} {}\n\
+         zgix_admin_refused_total{{code=\"403\"}} {}\n\
+         # HELP zgix_ready 1 while /ready answers 200 (every shard up, not draining).\n\
+         # TYPE zgix_ready gauge\n\
+         zgix_ready {}",
+        l.admin_refused[0].load(Relaxed),
+        l.admin_refused[1].load(Relaxed),
+        u8::from(l.ready.load(Relaxed) && !l.draining.load(Relaxed)),
+    );
+}
+
+/// `RELOADING=1` with the `CLOCK_MONOTONIC` time in µs, which systemd's
+/// `Type=notify-reload` insists on (systemd.service(5)): it tells this
+/// reload from one under way before the signal.
+pub fn notify_reloading() {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let us = ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000;
+    sd_notify(&format!("RELOADING=1\nMONOTONIC_USEC={us}"));
 }
 
 /// Reopens log files (SIGUSR1, for logrotate). zgix writes only to stderr

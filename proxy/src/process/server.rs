@@ -152,6 +152,8 @@ fn start_shards(
             .map_err(|_| format!("shard {i} exited before binding"))??;
     }
     server.announce();
+    // Every shard accepts: `/ready` answers 200 from the `ready` line on.
+    LIFECYCLE.ready.store(true, Ordering::Release);
     crate::log_info!(
         "server",
         "ready ({} shards, {})",
@@ -270,6 +272,7 @@ fn drain(mut server: Server, signals: &Signals, control: ControlThread, live: &A
     // The guard names go with the sockets (or away): a new instance may start.
     if control.handed_to.load(Ordering::Acquire) != 0 {
         server.guards.disown();
+        LIFECYCLE.handed_off.store(true, Ordering::Release);
     }
     drop(std::mem::take(&mut server.guards));
     LIFECYCLE.draining.store(true, Ordering::Release);
@@ -541,12 +544,19 @@ impl Server {
     fn reload(&mut self) {
         let g = self.generation;
         crate::log_info!("server", "signal HUP: reloading {}", self.path.display());
+        crate::process::lifecycle::notify_reloading();
         let rejected = |why: &str| {
             LIFECYCLE.reloads_rejected.fetch_add(1, Ordering::AcqRel);
             crate::log_warn!(
                 "server",
                 "reload rejected ({why}); still serving generation {g}"
             );
+            // systemd counts READY=1 as the reload's end whatever came
+            // before; the unit's ExecReload= (`zgix --check`) is what fails
+            // `systemctl reload` on a bad file. STATUS= shows the rest.
+            sd_notify(&format!(
+                "STATUS=reload rejected ({why}); serving generation {g}\nREADY=1"
+            ));
         };
         let config = match Config::from_file(&self.path) {
             Ok(c) => c,
@@ -654,7 +664,10 @@ impl Server {
             kept.len(),
             if all { "" } else { "; a shard has not taken it yet" }
         );
-        sd_notify("READY=1");
+        sd_notify(&format!(
+            "STATUS=serving generation {}\nREADY=1",
+            self.generation
+        ));
     }
 }
 

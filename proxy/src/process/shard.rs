@@ -268,8 +268,16 @@ impl Local {
             }
         })
         .detach();
-        if let Some(a) = self.admin.borrow_mut().take() {
-            a.stop.close();
+        // The admin socket keeps answering through the drain (`/ready` 503,
+        // `zgix_draining 1`) until the process exits, unless a new process
+        // took the sockets over: then it answers there.
+        if crate::process::lifecycle::LIFECYCLE
+            .handed_off
+            .load(Ordering::Acquire)
+        {
+            if let Some(a) = self.admin.borrow_mut().take() {
+                a.stop.close();
+            }
         }
         self.stopped.close();
     }
@@ -549,6 +557,12 @@ async fn tick(local: Rc<Local>) {
             for g in local.live_gens() {
                 g.pool.sweep(Instant::now());
                 g.seen.changed(&g.rt.up, |ep| g.pool.retire(ep));
+                // Disabled by the operator: its idle connections close now.
+                for (ep, u) in g.rt.up.upstreams.iter().enumerate() {
+                    if u.health.admin_state() == crate::upstream::health::AdminState::Disabled {
+                        g.pool.retire(ep);
+                    }
+                }
                 crate::conn::trim_memory(&g);
             }
         }

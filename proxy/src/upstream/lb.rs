@@ -4,6 +4,8 @@
 //! reads the shared health of the cluster's endpoints (one relaxed load each)
 //! and narrows the candidates in steps, so a pick always returns an endpoint:
 //!
+//! 0. endpoints the operator drained or disabled (`health/admin.rs`) are
+//!    left out of every step below, unless all of the cluster's are;
 //! 1. endpoints that are up or due for their one trial, minus those this
 //!    request already tried;
 //! 2. if none is up at all, **panic mode**: every endpoint (counted in
@@ -118,7 +120,17 @@ impl Balancer {
     ) -> Picked<'a> {
         let c = &rt.clusters[cluster];
         let n = c.endpoints.len();
-        let all = Positions::all(n);
+        // Endpoints the operator took out (drained, disabled) are not
+        // candidates even in panic mode, unless every one of them is out.
+        let mut all = Positions::default();
+        for (pos, &ep) in c.endpoints.iter().enumerate() {
+            if rt.upstreams[ep].health.in_service() {
+                all.insert(pos);
+            }
+        }
+        if all.is_empty() {
+            all = Positions::all(n);
+        }
         let mut up = Positions::default();
         let mut trial_due = Positions::default();
         for (pos, &ep) in c.endpoints.iter().enumerate() {
@@ -451,6 +463,27 @@ mod tests {
         let trials: Vec<_> = picks.iter().filter(|p| p.ep == 0).collect();
         assert_eq!(trials.len(), 1);
         assert!(trials[0].trial);
+    }
+
+    #[test]
+    fn drained_and_disabled_endpoints_get_no_picks_even_in_panic_mode() {
+        use crate::upstream::health::AdminState;
+        let rt = runtime(
+            r#"["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]"#,
+            "round_robin",
+        );
+        rt.upstreams[0].health.set_admin_state(AdminState::Draining);
+        rt.upstreams[1].health.set_admin_state(AdminState::Disabled);
+        assert_eq!(counts(&rt, 30), [0, 0, 30]);
+        // The one left is down: panic mode, but only among those in service.
+        rt.upstreams[2].health.set_active_down(true);
+        assert_eq!(counts(&rt, 30), [0, 0, 30]);
+        // Every one out (possible after a reload): the whole cluster again.
+        rt.upstreams[2].health.set_admin_state(AdminState::Disabled);
+        let n = counts(&rt, 30);
+        assert!(n.iter().all(|&k| k == 10), "{n:?}");
+        rt.upstreams[0].health.set_admin_state(AdminState::Enabled);
+        assert_eq!(counts(&rt, 30), [30, 0, 0]);
     }
 
     #[test]

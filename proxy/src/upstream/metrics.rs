@@ -84,21 +84,23 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Everything one shard counts about upstreams.
+/// Everything one shard counts about upstreams. Each block is shared with
+/// the previous generation's (by cluster and endpoint name, see
+/// [`carry_over`]), so a reload never resets a counter.
 #[repr(align(128))]
 pub struct ShardUpstream {
-    pub endpoints: Box<[EndpointStats]>,
-    pub retries: [Counter; RetryReason::ALL.len()],
+    pub endpoints: Box<[Arc<EndpointStats>]>,
+    pub retries: Arc<[Counter; RetryReason::ALL.len()]>,
     /// Picks made in panic mode, per cluster.
-    pub panic_picks: Box<[Counter]>,
+    pub panic_picks: Box<[Arc<Counter>]>,
 }
 
 impl ShardUpstream {
     fn new(endpoints: usize, clusters: usize) -> ShardUpstream {
         ShardUpstream {
-            endpoints: (0..endpoints).map(|_| EndpointStats::default()).collect(),
-            retries: Default::default(),
-            panic_picks: (0..clusters).map(|_| Counter::default()).collect(),
+            endpoints: (0..endpoints).map(|_| Arc::default()).collect(),
+            retries: Arc::default(),
+            panic_picks: (0..clusters).map(|_| Arc::default()).collect(),
         }
     }
 
@@ -132,8 +134,35 @@ impl UpstreamMetrics {
         }
     }
 
-    pub(super) fn sum(&self, ep: usize, f: impl Fn(&EndpointStats) -> u64) -> u64 {
+    /// Endpoint `ep`'s counter `f`, summed over the shards.
+    pub fn sum(&self, ep: usize, f: impl Fn(&EndpointStats) -> u64) -> u64 {
         self.shards.iter().map(|s| f(&s.endpoints[ep])).sum()
+    }
+
+    /// The `q` quantile (0..1) of endpoint `ep`'s time to first byte over
+    /// every shard, in seconds: the upper bound of the bucket it falls in
+    /// (so at most 2.5x off); `None` before any response.
+    pub fn ttfb_quantile(&self, ep: usize, q: f64) -> Option<f64> {
+        let counts: Vec<u64> = (0..=TTFB_BUCKETS_US.len())
+            .map(|i| self.sum(ep, |s| s.ttfb[i].get()))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(
+                    TTFB_BUCKETS_US
+                        .get(i)
+                        .map_or(f64::INFINITY, |&b| b as f64 / 1e6),
+                );
+            }
+        }
+        None
     }
 
     /// `zgix_upstream_retries_total{reason}`. Rendered by the caller in place

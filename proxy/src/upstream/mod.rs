@@ -5,6 +5,7 @@ pub mod health;
 pub mod lb;
 pub mod metrics;
 pub mod pool;
+pub mod reload;
 pub mod render;
 pub mod resolve;
 pub mod resolver;

@@ -53,7 +53,7 @@ pub fn render(up: &Upstreams) -> String {
         &mut o,
         "zgix_upstream_endpoint_healthy",
         "gauge",
-        "1 when an endpoint takes traffic, 0 while ejected, marked down by the active check, or unresolved.",
+        "1 when an endpoint takes traffic, 0 while ejected, marked down by the active check, unresolved, or drained or disabled through the admin API.",
         &|ep| u64::from(up.upstreams[ep].health.availability(now) != Avail::Down),
     );
     per_endpoint(

@@ -141,3 +141,36 @@ fn observability_rules_are_all_reported() {
         1
     );
 }
+
+#[test]
+fn admin_keys_default_and_every_bad_value_is_reported() {
+    let c = load(MINIMAL).unwrap();
+    let a = c.admin.as_ref().unwrap();
+    assert_eq!(a.token, None);
+    assert_eq!(a.max_connections, 64);
+    assert_eq!(a.header_timeout_ms, 5_000);
+    assert_eq!(a.idle_timeout_ms, 5_000);
+    let e = errs(&[(
+        "/admin",
+        json!({"bind": "127.0.0.1:9901", "token": "short", "max_connections": 0,
+               "header_timeout_ms": 10, "idle_timeout_ms": 3_600_000}),
+    )]);
+    assert_eq!(
+        e,
+        [
+            "admin.token: must be between 16 and 256 bytes long, got 5",
+            "admin.max_connections: must be between 1 and 4096, got 0",
+            "admin.header_timeout_ms: must be between 100 and 60000, got 10",
+            "admin.idle_timeout_ms: must be between 100 and 60000, got 3600000",
+        ]
+    );
+    one(
+        &[("/admin/token", json!("0123456789abcdef 0123"))],
+        "admin.token: must be letters, digits and -._~+/= only (an RFC 6750 bearer token)",
+    );
+    let c = load(&with(&[("/admin/token", json!("s3cr3t-t0ken-0123456789"))])).unwrap();
+    assert_eq!(
+        c.admin.unwrap().token.as_deref(),
+        Some("s3cr3t-t0ken-0123456789")
+    );
+}

@@ -31,6 +31,14 @@ use crate::observe::clock::SecondCache;
 use crate::observe::decision::Decision;
 use crate::observe::metrics::ShardCounters;
 
+/// Lines the writer thread could not write (a full disk, `/dev/full`),
+/// added to `zgix_access_log_dropped_total`; process-wide, never reset.
+pub static WRITE_DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn bytecount(b: &[u8]) -> u64 {
+    b.iter().filter(|&&c| c == b'\n').count() as u64
+}
+
 /// Longest a line waits in a ring when traffic is light.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
@@ -284,6 +292,10 @@ fn writer(s: &Shared, mut out: Output) {
         for ring in &s.rings {
             ring.drain(|a, b| {
                 if let Err(e) = out.write(a, b) {
+                    // Every line of the chunk is lost (a short write may have
+                    // kept part of one: counted as lost too).
+                    let lines = bytecount(a) + bytecount(b);
+                    WRITE_DROPPED.fetch_add(lines, Ordering::Relaxed);
                     crate::log_error!("access_log", "cannot write {}: {e}", s.path);
                 }
             });

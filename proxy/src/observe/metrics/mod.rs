@@ -417,8 +417,11 @@ pub struct TableGauges {
     pub rate_capacity: usize,
     pub conn_in_use: usize,
     pub conn_capacity: usize,
+    /// `Runtime::max_connections` (`zgix_max_connections`).
+    pub max_connections: usize,
 }
 
+pub mod process;
 mod render;
 pub use render::Labels;
 

@@ -123,6 +123,7 @@ impl Metrics {
         self.render_durations(o, names);
         self.render_tls(o, names);
         self.render_process(o);
+        super::process::render(o, self.start_time, tables.max_connections);
         std::mem::take(o)
     }
 
@@ -396,8 +397,9 @@ impl Metrics {
         counter(
             o,
             "zgix_access_log_dropped_total",
-            "Access-log lines dropped because the shard's buffer was full.",
-            self.sum(|s| s.access_log_dropped.get()),
+            "Access-log lines lost: the shard's buffer was full, or the writer could not write them (a full disk, /dev/full).",
+            self.sum(|s| s.access_log_dropped.get())
+                + crate::observe::access_log::WRITE_DROPPED.load(Ordering::Relaxed),
         );
     }
 
@@ -537,13 +539,6 @@ impl Metrics {
             env!("CARGO_PKG_VERSION"),
             Esc(REVISION)
         );
-        family(
-            o,
-            "process_start_time_seconds",
-            "gauge",
-            "Start time of the process since the Unix epoch, in seconds.",
-        );
-        let _ = writeln!(o, "process_start_time_seconds {:.3}", self.start_time);
     }
 }
 

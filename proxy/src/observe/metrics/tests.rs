@@ -9,6 +9,7 @@ fn gauges() -> TableGauges {
         rate_capacity: 8,
         conn_in_use: 2,
         conn_capacity: 8,
+        max_connections: 1000,
     }
 }
 

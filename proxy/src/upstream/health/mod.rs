@@ -26,7 +26,9 @@ use zgix_config::Passive;
 
 use crate::observe::decision::UpstreamError;
 
+pub mod admin;
 mod probe;
+pub use admin::AdminState;
 pub use probe::{probe_once, run_prober};
 
 const STATE_SHIFT: u32 = 62;
@@ -46,7 +48,8 @@ pub fn now_ms() -> u64 {
 pub enum Avail {
     /// Healthy: use it.
     Up,
-    /// Ejected, marked down by the active check, or without an address.
+    /// Ejected, marked down by the active check, without an address, or
+    /// taken out by the operator (drained, disabled).
     Down,
     /// Its ejection is over: the pick that chooses it must win
     /// [`EndpointHealth::claim_trial`] and send the one trial request.
@@ -88,6 +91,10 @@ pub struct EndpointHealth {
     /// Set while a named endpoint has never resolved.
     unresolved: AtomicBool,
     ejections: AtomicU64,
+    /// The operator's [`AdminState`] (see `admin.rs`): shared with the same
+    /// endpoint's slot in every generation, so a change made while a reload
+    /// is being applied is seen by both runtimes.
+    admin: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl EndpointHealth {
@@ -102,13 +109,14 @@ impl EndpointHealth {
             active_down: AtomicBool::new(false),
             unresolved: AtomicBool::new(false),
             ejections: AtomicU64::new(0),
+            admin: Default::default(),
         }
     }
 
     /// Lock-free read for the balancer.
     #[inline]
     pub fn availability(&self, now: u64) -> Avail {
-        if self.active_down.load(Relaxed) || self.unresolved.load(Relaxed) {
+        if self.active_down.load(Relaxed) || self.unresolved.load(Relaxed) || !self.in_service() {
             return Avail::Down;
         }
         let w = self.word.load(Acquire);
@@ -225,6 +233,25 @@ impl EndpointHealth {
     /// Whether a named endpoint still lacks an address.
     pub fn set_unresolved(&self, unresolved: bool) {
         self.unresolved.store(unresolved, Relaxed);
+    }
+
+    /// The health verdict alone (not the operator's state), for the status
+    /// page: `unresolved`, `down` (the active check), `ejected`, `trial`
+    /// (ejection over, the one trial due or under way) or `up`.
+    pub fn health_label(&self, now: u64) -> &'static str {
+        if self.unresolved.load(Relaxed) {
+            return "unresolved";
+        }
+        if self.active_down.load(Relaxed) {
+            return "down";
+        }
+        let w = self.word.load(Acquire);
+        match w >> STATE_SHIFT {
+            HEALTHY => "up",
+            TRIAL => "trial",
+            _ if now >= w & TIME_MASK => "trial",
+            _ => "ejected",
+        }
     }
 
     /// Passive ejections so far.

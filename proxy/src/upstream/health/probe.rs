@@ -63,6 +63,11 @@ async fn probe_loop(
     driver.sleep(stagger).await;
     while !up.draining.load(Relaxed) {
         let started = Instant::now();
+        if u.health.admin_state() == crate::upstream::health::AdminState::Disabled {
+            // Disabled by the operator: not probed (HAProxy's maintenance).
+            driver.sleep(interval).await;
+            continue;
+        }
         let verdict = match u.addr.get() {
             None => Err("the name has not resolved".to_string()),
             Some(addr) => match probe_once(&driver, addr, request.as_bytes(), timeout).await {
@@ -75,8 +80,9 @@ async fn probe_loop(
             Ok(()) => {
                 (good, bad) = (good.saturating_add(1), 0);
                 if good >= active.healthy && u.health.set_active_down(false) {
-                    eprintln!(
-                        "zgix: clusters.{cluster}: {} passed {good} active checks; up",
+                    crate::log_info!(
+                        "upstream",
+                        "clusters.{cluster}: {} passed {good} active checks; up",
                         u.label
                     );
                 }
@@ -84,8 +90,9 @@ async fn probe_loop(
             Err(why) => {
                 (good, bad) = (0, bad.saturating_add(1));
                 if bad >= active.unhealthy && u.health.set_active_down(true) {
-                    eprintln!(
-                        "zgix: clusters.{cluster}: {} failed {bad} active checks ({why}); down",
+                    crate::log_warn!(
+                        "upstream",
+                        "clusters.{cluster}: {} failed {bad} active checks ({why}); down",
                         u.label
                     );
                 }
