@@ -3,7 +3,8 @@
 use zgix_admission::{ClientId, ConnDecision, RateDecision, Spent};
 use zgix_parser::{BodyKind, Method, Version};
 
-use super::{Conn, Next};
+use super::state::Held;
+use super::{Conn, Exchange, Next};
 use crate::http::filters::Verdict;
 use crate::observe::decision::{Control, Decision};
 use crate::observe::metrics::Admission;
@@ -21,12 +22,11 @@ impl Conn {
     /// The identity the rate limit keys this request by: the hashed value of the
     /// listener's key field when the request carries it (the first such field), else
     /// the client's address identity.
-    fn rate_id(&self, key_header: Option<&[u8]>) -> ClientId {
+    fn rate_id(&self, x: &Exchange, key_header: Option<&[u8]>) -> ClientId {
         let Some(name) = key_header else {
             return self.id;
         };
-        let x = self.x.as_ref().expect("a request state is held");
-        let base = &x.cbuf[x.cstart..x.cend];
+        let base = x.cl.bytes();
         x.req
             .headers
             .iter()
@@ -35,25 +35,30 @@ impl Conn {
     }
 
     /// One parsed request from admission to its last response byte, with
-    /// its access-log record and duration (every decision counted).
-    pub(super) async fn handle_request(&mut self) -> Next {
+    /// its access-log record and duration (every decision counted). It owns
+    /// the request state while it runs (in its slab block, not in the idle
+    /// connection's future) and hands it back with how the connection goes on.
+    pub(super) async fn handle_request(&mut self, mut x: Held) -> (Next, Held) {
+        let next = self.handle(&mut x).await;
+        (next, x)
+    }
+
+    async fn handle(&mut self, x: &mut Exchange) -> Next {
         let shard = self.shard.clone();
         // Counted while handled: a drain cut at its deadline reports it.
         let _in_flight = shard.request_started();
         let t0 = self.shard.driver.now();
-        self.begin_record();
-        let next = self.admit_and_route(t0).await;
-        self.end_record(t0);
-        if let Some(x) = self.x.as_mut() {
-            x.rate_fields.clear();
-        }
+        self.begin_record(x);
+        let next = self.admit_and_route(x, t0).await;
+        self.end_record(x, t0);
+        x.rate_fields.clear();
         next
     }
 
     /// Admission, then forwarding. The order is the spec's: a malformed head was
     /// refused before this point (no token spent); then rate limit, connection
     /// limit, WAF, and only then routing.
-    async fn admit_and_route(&mut self, t0: std::time::Instant) -> Next {
+    async fn admit_and_route(&mut self, x: &mut Exchange, t0: std::time::Instant) -> Next {
         let shard = self.shard.clone();
         let rt = &shard.rt;
         let lst = &rt.listeners[self.li];
@@ -64,7 +69,7 @@ impl Conn {
         // The first dry-run control that would have refused names the decision.
         let mut dry: Option<Control> = None;
         if let Some(p) = lst.rate_limit {
-            let id = self.rate_id(lst.rate.key_header.as_deref());
+            let id = self.rate_id(x, lst.rate.key_header.as_deref());
             let now = zgix_admission::monotonic_ns_at(t0);
             let rc = if lst.rate.fleet {
                 rt.rate_table
@@ -81,7 +86,7 @@ impl Conn {
                 } else {
                     (rc.remaining, rc.next_token_secs)
                 };
-                crate::http::ratelimit::write(&mut self.x().rate_fields, prefix, r, t);
+                crate::http::ratelimit::write(&mut x.rate_fields, prefix, r, t);
             }
             if rc.overflowed {
                 c.admission(li, Admission::RateLimitFull);
@@ -102,8 +107,8 @@ impl Conn {
                 }
                 RateDecision::Limited { retry_after_secs } => {
                     c.admission(li, Admission::RateLimited);
-                    self.x().rec.decision = Decision::RateLimited;
-                    self.refuse(429, Some(retry_after_secs)).await;
+                    x.rec.decision = Decision::RateLimited;
+                    self.refuse(x, 429, Some(retry_after_secs)).await;
                     return Next::Close;
                 }
             }
@@ -129,19 +134,18 @@ impl Conn {
                     }
                     ConnDecision::Limited => {
                         c.admission(li, Admission::ConnLimited);
-                        self.x().rec.decision = Decision::ConnLimited;
+                        x.rec.decision = Decision::ConnLimited;
                         // The two controls are independent: a request the
                         // connection limit refuses spends no token.
                         self.refund_token();
-                        self.refuse(503, None).await;
+                        self.refuse(x, 503, None).await;
                         return Next::Close;
                     }
                 }
             }
         }
         if let Some(waf) = &lst.waf {
-            let x = self.x.as_ref().expect("a request state is held");
-            let base = &x.cbuf[x.cstart..x.cend];
+            let base = x.cl.bytes();
             let req = &x.req;
             let m = &waf.matcher;
             // The authority of an absolute-form target becomes the Host the
@@ -155,21 +159,20 @@ impl Conn {
                 dry = dry.or(Some(Control::Waf));
             } else if hit {
                 c.admission(li, Admission::WafBlocked);
-                self.x().rec.decision = Decision::Waf;
-                self.refuse(waf.status, None).await;
+                x.rec.decision = Decision::Waf;
+                self.refuse(x, waf.status, None).await;
                 return Next::Close;
             }
         }
         if let Some(d) = dry {
-            self.x().rec.decision = Decision::DryRun(d);
+            x.rec.decision = Decision::DryRun(d);
         }
 
         let mut cluster = lst.cluster;
         let filtered = !lst.filters.is_empty();
         if filtered {
             let ip = self.ip;
-            let x = self.x();
-            let base = &x.cbuf[x.cstart..x.cend];
+            let base = x.cl.bytes();
             match lst.filters.walk(&x.req, base, ip, &mut x.walk) {
                 Verdict::Route => {
                     if let Some(cl) = x.walk.cluster {
@@ -191,29 +194,27 @@ impl Conn {
                     c.response(li, status);
                     x.rec.decision = Decision::Filter(rule);
                     x.rec.status = status;
-                    let x = self.x.as_mut().expect("a request state is held");
                     crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
                     if self.client.write_all(&x.out).await.is_err() || !keep {
                         return Next::Close;
                     }
-                    x.cstart += x.req.head_len;
+                    x.cl.consume(x.req.head_len);
                     return Next::KeepAlive;
                 }
             }
         }
 
         let _ = t0;
-        self.forward(cluster, filtered).await
+        self.forward(x, cluster, filtered).await
     }
 
     /// Starts the access-log record of the request whose head just parsed,
     /// copying what the log needs of the head (the buffer is reused for the body).
-    fn begin_record(&mut self) {
+    fn begin_record(&mut self, x: &mut Exchange) {
         let (li, ip, peer, rx) = (self.li, self.ip, self.peer, self.client.bytes_read());
         let tx = self.client.bytes_written();
         let tls = self.client.log_facts().0;
-        let x = self.x();
-        let base = &x.cbuf[x.cstart..x.cend];
+        let base = x.cl.bytes();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.version = Some(x.req.version);
@@ -224,23 +225,22 @@ impl Conn {
         if let Some(q) = x.req.query {
             x.rec_query.extend_from_slice(q.get(base));
         }
-        x.rec_rx0 = rx - (x.cend - x.cstart) as u64;
+        x.rec_rx0 = rx - x.cl.pending() as u64;
         x.rec_tx0 = tx;
     }
 
     /// Counts the request's duration under its decision and writes its
     /// access-log line. `base` is gone by now: the record carries its copies.
-    pub(super) fn end_record(&mut self, t0: std::time::Instant) {
+    pub(super) fn end_record(&mut self, x: &mut Exchange, t0: std::time::Instant) {
         let shard = self.shard.clone();
         let (rx, tx) = (self.client.bytes_read(), self.client.bytes_written());
         let li = self.li;
-        let Some(x) = self.x.as_mut() else { return };
         x.rec.duration_us = shard.driver.now().saturating_duration_since(t0).as_micros() as u64;
         // Bytes of this request: what was read since its head began, minus
         // what is left for the next one.
         x.rec.bytes_in = rx
             .saturating_sub(x.rec_rx0)
-            .saturating_sub((x.cend - x.cstart) as u64);
+            .saturating_sub(x.cl.pending() as u64);
         x.rec.bytes_out = tx - x.rec_tx0;
         shard
             .counters
@@ -258,18 +258,17 @@ impl Conn {
 
     /// Logs a request refused before it parsed (400-class, 408): no method,
     /// path or query to show.
-    pub(super) fn record_unparsed(&mut self, decision: Decision, tx0: u64) {
+    pub(super) fn record_unparsed(&mut self, x: &mut Exchange, decision: Decision, tx0: u64) {
         let shard = self.shard.clone();
         let (li, ip, peer) = (self.li, self.ip, self.peer);
         let tx = self.client.bytes_written();
-        let Some(x) = self.x.as_mut() else { return };
         let status = x.rec.status;
         let (tls, sni) = self.client.log_facts();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.status = status;
         x.rec.decision = decision;
-        x.rec.bytes_in = (x.cend - x.cstart) as u64;
+        x.rec.bytes_in = x.cl.pending() as u64;
         x.rec.bytes_out = tx - tx0;
         shard.counters.request_done(li, decision, 1);
         if let Some(log) = &shard.access_log {
