@@ -1,4 +1,4 @@
-//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection; [`shard`] is the shard state a connection runs on.
+//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`state`] is the request state as types, [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection; [`shard`] is the shard state a connection runs on.
 //!
 //! # The floor
 //!
@@ -7,18 +7,44 @@
 //! floor (`process/`: the shard's executor, generations, admin) hands each
 //! accepted connection its [`shard::Shard`] and is never imported here.
 //!
+//! # The request state
+//!
+//! Like hyper's `proto/h1/conn.rs`, a connection's phases are values
+//! ([`state`]): [`State::Idle`] between requests holds nothing;
+//! [`State::Busy`] holds a [`Held`] guard, which owns the pooled
+//! [`Exchange`] — the read and streaming buffers, the parsed heads, the
+//! chunked decoders, the access-log record — and gives it back to its
+//! shard's pool when it drops, on whatever path the request ends (a
+//! connection task dropped mid-request included). The state is not a field
+//! of [`Conn`]: it moves through [`Conn::run`]'s loop, into the head read
+//! and the request's slab block and back, and every function of a request
+//! is handed the `&mut Exchange` it works on, so none can find it missing.
+//! The client bytes are a [`state::ClientBytes`] window whose start and end
+//! only its own methods move; whether an answer's bytes reached the client
+//! (`body::Sent`) and whether the request body is all read
+//! (`body::BodyRead`) each have one writer.
+//!
 //! # Memory
 //!
 //! An idle connection (before its first byte, and between keep-alive
 //! requests) holds no buffer: only this small [`Conn`] and its socket. When
-//! bytes arrive it takes an [`Exchange`] — the read and streaming buffers,
-//! the parsed heads, the chunked decoders — from its shard's bounded pool,
+//! bytes arrive it takes an [`Exchange`] from its shard's bounded pool,
 //! and gives it back when the request is done and nothing pipelined is left
 //! (more than the pool holds are freed). Buffers are mapped pages
 //! ([`crate::io::Buf`]), resident only as far as bytes were written into
 //! them, so a small request costs a page or two whatever the configured
 //! sizes. A request state that cannot be made (a mapping failed) refuses
 //! that one connection with a 503 (`zgix_request_state_refused_total`).
+//!
+//! # Generations
+//!
+//! A connection runs on the generation ([`shard::Shard`]) of its current
+//! request. Idle between requests it holds no request state and follows a
+//! reload at once: the retired generation's `shutdown` wakes it and it moves
+//! to the newest ([`shard::follow`]), so an idle keep-alive client does not
+//! keep an old configuration alive (`zgix_generations_live` returns to 1).
+//! Before its first request a connection holds the accepting generation
+//! for at most the header timeout.
 
 mod admit;
 mod body;
