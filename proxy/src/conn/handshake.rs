@@ -222,7 +222,9 @@ pub async fn accept(
                     let o = match e {
                         zgix_tls::Failure::BadHello(_) => Outcome::BadHello,
                         zgix_tls::Failure::NoCert => Outcome::NoCert,
-                        zgix_tls::Failure::Alert(_) => Outcome::Alert,
+                        zgix_tls::Failure::Alert(_) | zgix_tls::Failure::Refused { .. } => {
+                            Outcome::Alert
+                        }
                     };
                     return Err(o);
                 }
