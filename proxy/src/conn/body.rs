@@ -16,13 +16,14 @@ use super::shard::Shard;
 use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
-use crate::io::{Buf, Sock};
+use crate::io::Buf;
+use crate::upstream::conn::UpConn;
 use crate::observe::decision::UpstreamError;
 
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {
     pub client: &'a ClientConn,
-    pub up: &'a Sock,
+    pub up: &'a UpConn,
     pub cbuf: &'a mut Buf,
     pub cstart: &'a mut usize,
     pub cend: &'a mut usize,
@@ -136,7 +137,7 @@ pub(super) struct Download<'a> {
     pub shard: &'a Shard,
     pub li: usize,
     pub client: &'a ClientConn,
-    pub up: &'a Sock,
+    pub up: &'a UpConn,
     pub ubuf: &'a mut Buf,
     pub ustart: &'a mut usize,
     pub uend: &'a mut usize,

@@ -311,6 +311,8 @@ pub struct LoadedTls {
     pub listeners: Vec<Option<Arc<TlsListener>>>,
     /// `path: rule` for each certificate that expires soon.
     pub warnings: Vec<String>,
+    /// TLS towards origins, by cluster index (`upstream::tls::load_all`).
+    pub clusters: Vec<Option<Arc<crate::upstream::tls::ClusterTls>>>,
 }
 
 /// Reads and checks the certificates and keys of every TLS listener of
@@ -320,6 +322,7 @@ pub fn load_all(config: &zgix_config::Config) -> Result<LoadedTls, Vec<String>> 
     let mut out = LoadedTls {
         listeners: Vec::with_capacity(config.listeners.len()),
         warnings: Vec::new(),
+        clusters: Vec::new(),
     };
     let mut errors = Vec::new();
     let tickets = config
@@ -343,6 +346,13 @@ pub fn load_all(config: &zgix_config::Config) -> Result<LoadedTls, Vec<String>> 
                 errors.extend(problems.into_iter().map(|(p, r)| format!("{p}: {r}")));
             }
         }
+    }
+    match crate::upstream::tls::load_all(config) {
+        Ok((clusters, warnings)) => {
+            out.clusters = clusters;
+            out.warnings.extend(warnings);
+        }
+        Err(e) => errors.extend(e),
     }
     if errors.is_empty() {
         Ok(out)

@@ -143,6 +143,8 @@ pub enum UpstreamError {
     HeaderTimeout,
     IdleTimeout,
     BadResponse,
+    /// The TLS handshake with the origin failed (certificate refused, alert).
+    ConnectTls,
 }
 
 impl UpstreamError {
@@ -153,10 +155,11 @@ impl UpstreamError {
             UpstreamError::ConnectRefused
                 | UpstreamError::ConnectTimeout
                 | UpstreamError::ConnectOther
+                | UpstreamError::ConnectTls
         )
     }
 
-    pub const ALL: [UpstreamError; 7] = [
+    pub const ALL: [UpstreamError; 8] = [
         UpstreamError::ConnectRefused,
         UpstreamError::ConnectTimeout,
         UpstreamError::ConnectOther,
@@ -164,6 +167,7 @@ impl UpstreamError {
         UpstreamError::HeaderTimeout,
         UpstreamError::IdleTimeout,
         UpstreamError::BadResponse,
+        UpstreamError::ConnectTls,
     ];
     pub fn label(self) -> &'static str {
         match self {
@@ -174,6 +178,7 @@ impl UpstreamError {
             UpstreamError::HeaderTimeout => "header_timeout",
             UpstreamError::IdleTimeout => "idle_timeout",
             UpstreamError::BadResponse => "bad_response",
+            UpstreamError::ConnectTls => "tls_handshake",
         }
     }
 }
