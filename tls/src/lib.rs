@@ -14,9 +14,9 @@ mod testkeys;
 mod tests;
 
 pub use certs::{load, validity, Loaded, EXPIRY_WARNING_SECS};
-pub use rustls::ServerConfig;
 pub use client::ClientSession;
 pub use rustls::ClientConfig;
+pub use rustls::ServerConfig;
 pub use rustls_pki_types::ServerName;
 pub use session::{Failure, Info, Progress, Session};
 pub use sni::{CertStore, UnknownSni};

@@ -21,7 +21,10 @@ pub enum Failure {
     BadHello(String),
     /// A client side refused the server's certificate (`reason` is the
     /// metric label: `unknown_ca`, `bad_name`, `bad_certificate`).
-    Refused { reason: &'static str, detail: String },
+    Refused {
+        reason: &'static str,
+        detail: String,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -85,8 +88,10 @@ pub struct Progress {
 pub trait Side: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> {
     type Data;
     /// `process_tls_records` of this side.
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8])
-        -> UnbufferedStatus<'c, 'i, Self::Data>;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
     /// Early data arrived: its records are dropped; how many bytes.
     fn skip_early(r: ReadEarlyData<'_, '_, Self::Data>) -> Result<usize, Failure>;
 }

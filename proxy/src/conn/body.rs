@@ -17,8 +17,8 @@ use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
 use crate::io::Buf;
-use crate::upstream::conn::UpConn;
 use crate::observe::decision::UpstreamError;
+use crate::upstream::conn::UpConn;
 
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {

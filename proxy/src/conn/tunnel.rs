@@ -9,8 +9,8 @@ use futures_lite::future::zip;
 use super::client::Stream;
 use super::{is_timeout, Conn, Next};
 use crate::io::Buf;
-use crate::upstream::conn::UpConn;
 use crate::observe::counter::Counter;
+use crate::upstream::conn::UpConn;
 
 /// One direction of a tunnel: reads `from`, writes `to`; on EOF half-closes
 /// `to`. A read that times out ends the direction only if the other one was

@@ -584,7 +584,7 @@ impl Server {
         }
         let (mut rt, notes) = Runtime::reloaded(config, self.shards, &self.rt);
         rt.attach_tls(tls.listeners);
-    rt.up.attach_tls(tls.clusters);
+        rt.up.attach_tls(tls.clusters);
         let mut stop_old_log = None;
         if rt.config.access_log == self.rt.config.access_log {
             rt.access_log = self.rt.access_log.clone();

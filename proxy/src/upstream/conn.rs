@@ -56,7 +56,9 @@ impl UpConn {
                 UpstreamError::ConnectTls
             }
         };
-        let name = t.name_for(&u.target).ok_or_else(|| fail(TlsReason::BadName))?;
+        let name = t
+            .name_for(&u.target)
+            .ok_or_else(|| fail(TlsReason::BadName))?;
         match tls::handshake(&sock, t, name, timeout).await {
             Ok(s) => Ok(UpConn::Tls(sock, s)),
             Err(r) => Err(fail(r)),

@@ -123,8 +123,7 @@ impl ClusterTls {
         let config = zgix_tls::client::config(&origin).map_err(|e| format!("{at}: {e}"))?;
         let server_name = match &t.server_name {
             Some(n) => Some(
-                zgix_tls::client::server_name(n)
-                    .map_err(|e| format!("{path}.server_name: {e}"))?,
+                zgix_tls::client::server_name(n).map_err(|e| format!("{path}.server_name: {e}"))?,
             ),
             None => None,
         };

@@ -197,7 +197,10 @@ fn upstream_settings_serialize_round_trip() {
 fn upstream_tls_defaults_and_rules() {
     let c = load(&with(&[("/clusters/api/tls", json!({}))])).unwrap();
     let t = c.clusters["api"].tls.as_ref().unwrap();
-    assert_eq!((t.server_name.as_deref(), t.ca.as_deref(), t.verify), (None, None, true));
+    assert_eq!(
+        (t.server_name.as_deref(), t.ca.as_deref(), t.verify),
+        (None, None, true)
+    );
     assert!(load(MINIMAL).unwrap().clusters["api"].tls.is_none());
     assert!(errs(&[(
         "/clusters/api/tls",

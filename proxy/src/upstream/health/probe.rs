@@ -68,7 +68,15 @@ async fn probe_loop(
         let started = Instant::now();
         let verdict = match u.addr.get() {
             None => Err("the name has not resolved".to_string()),
-            Some(addr) => match probe_once(&driver, addr, tls.map(|t| (t, &u.target)), request.as_bytes(), timeout).await {
+            Some(addr) => match probe_once(
+                &driver,
+                addr,
+                tls.map(|t| (t, &u.target)),
+                request.as_bytes(),
+                timeout,
+            )
+            .await
+            {
                 Ok(s) if active.expect_status.contains(&s) => Ok(()),
                 Ok(s) => Err(format!("status {s}")),
                 Err(e) => Err(e),
