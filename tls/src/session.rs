@@ -162,6 +162,7 @@ impl<S: Side> Tls<S> {
         data: &mut dyn FnMut(&[u8]),
     ) -> Result<Progress, Failure> {
         let mut p = Progress::default();
+        let mut refused_renegotiation = false;
         loop {
             let UnbufferedStatus { mut discard, state } =
                 self.conn.process(&mut incoming[p.consumed..]);
@@ -184,7 +185,11 @@ impl<S: Side> Tls<S> {
                 }
                 ConnectionState::ReadEarlyData(r) => discard += S::skip_early(r)?,
                 ConnectionState::EncodeTlsData(mut e) => {
-                    encode_into(&mut self.out, |b| e.encode(b))
+                    encode_into(&mut self.out, |b| e.encode(b));
+                    // On an established TLS 1.2 session the one message
+                    // rustls answers by itself is a renegotiation request
+                    // (its `no_renegotiation` warning, RFC 5746 §4.2).
+                    refused_renegotiation = self.established;
                 }
                 ConnectionState::TransmitTlsData(t) => {
                     // Queued in `out`, which the caller sends before
@@ -204,12 +209,25 @@ impl<S: Side> Tls<S> {
                 _ => stop = true,
             }
             p.consumed += discard;
+            if refused_renegotiation && self.version_is_12() {
+                // A client that asked waits for a ServerHello that never
+                // comes: close the connection as nginx does, after the
+                // warning (CVE-2009-3555 is why nobody renegotiates).
+                return Err(Failure::Alert(
+                    "renegotiation refused (no_renegotiation sent)".into(),
+                ));
+            }
             if stop {
                 break;
             }
         }
         p.established = self.established;
         Ok(p)
+    }
+
+    fn version_is_12(&self) -> bool {
+        let c: &rustls::CommonState = &self.conn;
+        c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_2)
     }
 
     /// After an error: the alerts rustls queued, into `out`.
