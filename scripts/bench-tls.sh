@@ -7,6 +7,11 @@
 #   full handshakes   `openssl s_time -new` (TLS 1.3, a new session each time)
 #   resumed           `openssl s_time -reuse` (TLS 1.3 tickets)
 #   keep-alive HTTPS  wrk over https:// (64-byte bodies)
+#   --idle N          instead of the above: RSS per idle TLS connection. For each
+#                     target, a fresh process; N TLS 1.3 connections opened by
+#                     scripts/lib/tls-idle-client.py (full handshakes, nothing
+#                     sent), VmRSS read (nginx: its worker); then one keep-alive
+#                     request on each, VmRSS again. (RSS - RSS at start) / N.
 #
 # The figure is the server process's CPU time (user + system, /proc/PID/stat,
 # every thread and nginx's worker counted) divided by the handshakes or
@@ -14,17 +19,18 @@
 # slows the run but does not change the figure; the client's own CPU share is
 # printed beside it. Medians of the rounds; ratios to the better peer.
 #
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--base-port P] [--no-build]
-# (--no-build: use target/release as it is)
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--idle N] [--base-port P] [--no-build]
+# (--no-build: use the release binaries under $CARGO_TARGET_DIR, else target/, as they are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=5 rsa=0 base=19400 build=1
+rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
         --duration) duration="$2"; shift 2 ;;
         --rsa) rsa=1; shift ;;
+        --idle) idle="$2"; shift 2 ;;
         --base-port) base="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
         *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
@@ -46,7 +52,8 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 [ "$build" = 0 ] || cargo build --release -q -p zgix -p zgix-bench
-zgix_bin=target/release/zgix bench_bin=target/release/zgix-bench
+target_dir="${CARGO_TARGET_DIR:-target}"
+zgix_bin="$target_dir/release/zgix" bench_bin="$target_dir/release/zgix-bench"
 proxy_cpu=0 client_cpu=1
 origin_port=$base zgix_port=$((base + 1)) nginx_port=$((base + 2)) haproxy_port=$((base + 3))
 clk_tck="$(getconf CLK_TCK)"
@@ -108,7 +115,7 @@ start_haproxy() {
 global
     nbthread 1
     cpu-map 1/1 $proxy_cpu
-    maxconn 5000
+    maxconn 20000
 defaults
     mode http
     timeout connect 5s
@@ -142,6 +149,39 @@ wait_tls() { # TARGET
     done
     echo "bench-tls: $1 did not come up" >&2; cat "$tmp"/*.log >&2 || true; exit 1
 }
+
+if [ "$idle" -gt 0 ]; then
+    ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+    # rss_pids TARGET: the processes holding the connections (nginx: its worker).
+    rss_pids() {
+        if [ "$1" = nginx ]; then pgrep -P "${tpid[nginx]}"; else echo "${tpid[$1]}"; fi
+    }
+    declare -A idle_kib=() kept_kib=()
+    for r in $(seq "$rounds"); do
+        for t in zgix nginx haproxy; do
+            "start_$t"; wait_tls "$t"
+            # shellcheck disable=SC2046
+            out="$(taskset -c "$client_cpu" python3 scripts/lib/tls-idle-client.py "$(port_of "$t")" "$idle" \
+                $(rss_pids "$t"))"
+            kill "${tpid[$t]}"; wait "${tpid[$t]}" 2>/dev/null || true
+            read -r i k c ok <<<"$(printf '%s' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+n = max(r["connected"], 1)
+print("%.2f %.2f %d %d" % ((r["idle"] - r["start"]) / n, (r["kept"] - r["start"]) / n, r["connected"], r["ok"]))')"
+            [ "$c" = "$idle" ] && [ "$ok" = "$idle" ] || { echo "bench-tls: $t held $c of $idle, $ok answered: $out" >&2; exit 1; }
+            idle_kib[$t]+="$i " kept_kib[$t]+="$k "
+            echo "round $r $t: idle $i KiB/conn, after one request $k KiB/conn" >&2
+        done
+    done
+    med() { tr ' ' '\n' | grep -v '^$' | median; }
+    printf '\n%-9s %18s %22s\n' target "idle KiB/conn" "kept-alive KiB/conn"
+    for t in zgix nginx haproxy; do
+        printf '%-9s %18s %22s\n' "$t" "$(echo "${idle_kib[$t]}" | med)" "$(echo "${kept_kib[$t]}" | med)"
+    done
+    echo "(VmRSS growth / $idle TLS 1.3 connections, medians of $rounds rounds, a fresh process each; nginx: its worker)"
+    exit 0
+fi
 
 for t in zgix nginx haproxy; do "start_$t"; wait_tls "$t"; done
 
