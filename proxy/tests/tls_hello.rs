@@ -55,10 +55,15 @@ fn cert(tag: &str) -> Cert {
 }
 
 fn start(c: &Cert, origin: SocketAddr) -> Zgix {
+    start_with(c, origin, "")
+}
+
+/// [`start`] with more fields of `tls` (`, "min_version": "1.3"`).
+fn start_with(c: &Cert, origin: SocketAddr, tls_more: &str) -> Zgix {
     Zgix::start_json(&format!(
         r#"{{"cpus": [0], "admin": {{"bind": "127.0.0.1:0"}},
             "listeners": [{{"bind": "127.0.0.1:0", "name": "public",
-                "tls": {{"certificates": [{{"cert": "{}", "key": "{}"}}]}},
+                "tls": {{"certificates": [{{"cert": "{}", "key": "{}"}}]{tls_more}}},
                 "http": {{"cluster": "c"}}}}],
             "clusters": {{"c": {{"endpoints": ["{origin}"]}}}}}}"#,
         c.cert.display(),
@@ -140,9 +145,14 @@ fn python_ssl_clients_are_served_over_tls13_and_tls12_and_get_close_notify() {
 
 /// A real ClientHello (rustls' client, for `site.example`).
 fn client_hello() -> Vec<u8> {
+    client_hello_of(rustls::DEFAULT_VERSIONS)
+}
+
+/// A ClientHello offering only `versions`.
+fn client_hello_of(versions: &[&'static rustls::SupportedProtocolVersion]) -> Vec<u8> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
@@ -281,4 +291,25 @@ fn tls12_renegotiation_is_refused_and_zgix_keeps_serving() {
         "the no_renegotiation alert reached the client: {status:?}\n{rest}\n{err}"
     );
     assert_eq!(curl(addr, &c.cert), 200, "zgix still serves");
+}
+
+#[test]
+fn a_refused_hello_with_a_second_message_in_its_record_does_not_crash_the_shard() {
+    // A TLS 1.2-only ClientHello to a TLS 1.3-only listener, and an empty
+    // Finished in the same record: rustls refuses the hello with the
+    // Finished still held. zgix once asked rustls for the alert twice,
+    // and the second call panicked in rustls' deframer, ending the shard.
+    let c = cert("twomsg");
+    let o = Origin::start();
+    let z = start_with(&c, o.addr(), r#", "min_version": "1.3""#);
+    let mut hello = client_hello_of(&[&rustls::version::TLS12]);
+    let len = usize::from(u16::from_be_bytes([hello[3], hello[4]]));
+    assert_eq!(hello.len(), 5 + len, "one record");
+    hello.extend_from_slice(&[20, 0, 0, 0]);
+    hello[3..5].copy_from_slice(&((len + 4) as u16).to_be_bytes());
+    let mut s = TcpStream::connect(z.addr()).unwrap();
+    s.write_all(&hello).unwrap();
+    let got = read_until_closed(&mut s);
+    assert_eq!(got.first(), Some(&21), "an alert record: {got:?}");
+    assert_eq!(curl(z.addr(), &c.cert), 200, "the shard still serves");
 }

@@ -9,6 +9,8 @@ pub mod sni;
 pub mod tickets;
 
 #[cfg(test)]
+mod client_tests;
+#[cfg(test)]
 mod testkeys;
 #[cfg(test)]
 mod tests;
