@@ -58,6 +58,8 @@ proxy_cpu=0 client_cpu=1
 origin_port=$base zgix_port=$((base + 1)) nginx_port=$((base + 2)) haproxy_port=$((base + 3))
 clk_tck="$(getconf CLK_TCK)"
 
+# Every server waits 120 s for a request on an open connection (the idle
+# mode's connections are opened over some 20 s and must all stay open).
 # The certificate: made here, kept in the scratch directory only.
 if [ "$rsa" = 1 ]; then
     openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
@@ -77,7 +79,7 @@ wait_http "127.0.0.1:$origin_port" origin "$tmp/origin.log"
 declare -A tpid=()
 start_zgix() {
     cat >"$tmp/zgix.json" <<JSON
-{"cpus": [$proxy_cpu], "limits": {"busy_poll_us": 0},
+{"cpus": [$proxy_cpu], "limits": {"busy_poll_us": 0, "client_header_timeout_ms": 120000, "client_idle_timeout_ms": 120000},
  "listeners": [{"bind": "127.0.0.1:$zgix_port", "tls": {"certificates": [{"cert": "$tmp/cert.pem", "key": "$tmp/key.pem"}]},
                 "http": {"cluster": "origin"}}],
  "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"]}}}
@@ -96,6 +98,8 @@ error_log $tmp/nginx/logs/error.log warn;
 events { worker_connections 16384; }
 http {
     access_log off;
+    client_header_timeout 120s;
+    keepalive_timeout 120s;
     upstream origin { server 127.0.0.1:$origin_port; keepalive 256; }
     server {
         listen 127.0.0.1:$nginx_port ssl;
@@ -115,11 +119,13 @@ start_haproxy() {
 global
     nbthread 1
     cpu-map 1/1 $proxy_cpu
-    maxconn 20000
+    maxconn 9000
 defaults
     mode http
     timeout connect 5s
-    timeout client 30s
+    timeout client 120s
+    timeout http-request 120s
+    timeout http-keep-alive 120s
     timeout server 30s
     http-reuse always
 frontend f

@@ -283,3 +283,32 @@ fn a_refused_hello_with_another_message_in_its_record_fails_without_a_panic() {
     assert!(matches!(e, Failure::Alert(_)), "{e:?}");
     assert!(!s.pending().is_empty(), "an alert for the client");
 }
+
+#[test]
+fn the_server_picks_aes_128_gcm_over_a_client_that_prefers_aes_256() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.cipher_suites.sort_by_key(|s| {
+        u8::from(s.suite() != rustls::CipherSuite::TLS13_AES_256_GCM_SHA384)
+    });
+    let mut roots = RootCertStore::empty();
+    for c in crate::certs::read_chain(&p.cert).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let cfg = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        true,
+    ))
+    .unwrap();
+    let (mut c, mut s) = connect(&Arc::new(cfg), "site.example", &server);
+    c.writer().write_all(b"x").unwrap();
+    pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+    assert_eq!(s.info().cipher, "TLS13_AES_128_GCM_SHA256");
+}
