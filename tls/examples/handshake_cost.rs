@@ -53,8 +53,7 @@ fn main() {
     let mut suite = "";
     for _ in 0..n {
         let mut client =
-            rustls::ClientConnection::new(cc.clone(), "bench.example".try_into().unwrap())
-                .unwrap();
+            rustls::ClientConnection::new(cc.clone(), "bench.example".try_into().unwrap()).unwrap();
         let mut s = Session::new(sc.clone()).unwrap();
         let mut to_s = Vec::new();
         while !s.is_established() {

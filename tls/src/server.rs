@@ -31,7 +31,9 @@ pub const TLS13_TICKETS: usize = 1;
 /// The rustls configuration of a listener, shared by its connections.
 pub fn config(l: &Listener) -> Result<Arc<ServerConfig>, String> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
-    provider.cipher_suites.sort_by_key(|s| suite_rank(s.suite()));
+    provider
+        .cipher_suites
+        .sort_by_key(|s| suite_rank(s.suite()));
     let provider = Arc::new(provider);
     let versions: &[&'static rustls::SupportedProtocolVersion] = match l.min_version {
         MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],

@@ -288,9 +288,9 @@ fn a_refused_hello_with_another_message_in_its_record_fails_without_a_panic() {
 fn the_server_picks_aes_128_gcm_over_a_client_that_prefers_aes_256() {
     let p = testkeys::ecdsa(&["site.example"]);
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
-    provider.cipher_suites.sort_by_key(|s| {
-        u8::from(s.suite() != rustls::CipherSuite::TLS13_AES_256_GCM_SHA384)
-    });
+    provider
+        .cipher_suites
+        .sort_by_key(|s| u8::from(s.suite() != rustls::CipherSuite::TLS13_AES_256_GCM_SHA384));
     let mut roots = RootCertStore::empty();
     for c in crate::certs::read_chain(&p.cert).unwrap() {
         roots.add(c).unwrap();
