@@ -368,7 +368,7 @@ fn verify_false_takes_any_certificate_and_is_warned_at_start() {
 fn health_probes_speak_tls_and_a_wrong_ca_marks_the_endpoint_down() {
     let pki = Pki::new("probe");
     let ng = Nginx::start(&pki);
-    let health = r#", "health": {"active": {"path": "/healthz", "interval_ms": 100, "timeout_ms": 100, "unhealthy": 2}}"#;
+    let health = r#", "health": {"active": {"path": "/healthz", "interval_ms": 500, "timeout_ms": 500, "unhealthy": 2}}"#;
     let good = Zgix::start_json(&config(
         &ng.keep.to_string(),
         &tls_to(&pki, &pki.ca, "origin.test"),
