@@ -7,24 +7,31 @@
 #   full handshakes   `openssl s_time -new` (TLS 1.3, a new session each time)
 #   resumed           `openssl s_time -reuse` (TLS 1.3 tickets)
 #   keep-alive HTTPS  wrk over https:// (64-byte bodies)
+#   --idle N          instead of the above: RSS per idle TLS connection. For each
+#                     target, a fresh process; N TLS 1.3 connections opened by
+#                     scripts/lib/tls-idle-client.py (full handshakes, nothing
+#                     sent), VmRSS read (nginx: its worker); then one keep-alive
+#                     request on each, VmRSS again. (RSS - RSS at start) / N.
 #
 # The figure is the server process's CPU time (user + system, /proc/PID/stat,
 # every thread and nginx's worker counted) divided by the handshakes or
 # requests the client completed, so a client that cannot saturate the server
 # slows the run but does not change the figure; the client's own CPU share is
-# printed beside it. Medians of the rounds; ratios to the better peer.
+# printed beside it. Medians of the rounds; ratios to the better peer. Every
+# server prefers TLS_AES_128_GCM_SHA256 (zgix's own order; set on the peers).
 #
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--base-port P] [--no-build]
-# (--no-build: use target/release as it is)
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--idle N] [--base-port P] [--no-build]
+# (--no-build: use the release binaries under $CARGO_TARGET_DIR, else target/, as they are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=5 rsa=0 base=19400 build=1
+rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
         --duration) duration="$2"; shift 2 ;;
         --rsa) rsa=1; shift ;;
+        --idle) idle="$2"; shift 2 ;;
         --base-port) base="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
         *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
@@ -46,11 +53,17 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 [ "$build" = 0 ] || cargo build --release -q -p zgix -p zgix-bench
-zgix_bin=target/release/zgix bench_bin=target/release/zgix-bench
+target_dir="${CARGO_TARGET_DIR:-target}"
+zgix_bin="$target_dir/release/zgix" bench_bin="$target_dir/release/zgix-bench"
 proxy_cpu=0 client_cpu=1
 origin_port=$base zgix_port=$((base + 1)) nginx_port=$((base + 2)) haproxy_port=$((base + 3))
 clk_tck="$(getconf CLK_TCK)"
+# TLS 1.3 suites in zgix's order, set on the peers too (HAProxy and nginx
+# with ssl_prefer_server_ciphers take the server's order).
+suites13=TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256
 
+# Every server waits 120 s for a request on an open connection (the idle
+# mode's connections are opened over some 20 s and must all stay open).
 # The certificate: made here, kept in the scratch directory only.
 if [ "$rsa" = 1 ]; then
     openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
@@ -70,7 +83,7 @@ wait_http "127.0.0.1:$origin_port" origin "$tmp/origin.log"
 declare -A tpid=()
 start_zgix() {
     cat >"$tmp/zgix.json" <<JSON
-{"cpus": [$proxy_cpu], "limits": {"busy_poll_us": 0},
+{"cpus": [$proxy_cpu], "limits": {"busy_poll_us": 0, "client_header_timeout_ms": 120000, "client_idle_timeout_ms": 120000},
  "listeners": [{"bind": "127.0.0.1:$zgix_port", "tls": {"certificates": [{"cert": "$tmp/cert.pem", "key": "$tmp/key.pem"}]},
                 "http": {"cluster": "origin"}}],
  "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"]}}}
@@ -89,6 +102,8 @@ error_log $tmp/nginx/logs/error.log warn;
 events { worker_connections 16384; }
 http {
     access_log off;
+    client_header_timeout 120s;
+    keepalive_timeout 120s;
     upstream origin { server 127.0.0.1:$origin_port; keepalive 256; }
     server {
         listen 127.0.0.1:$nginx_port ssl;
@@ -96,6 +111,9 @@ http {
         ssl_certificate_key $tmp/key.pem;
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_session_tickets on;
+        # The same suite preference as zgix's (AES-128-GCM first, server order).
+        ssl_prefer_server_ciphers on;
+        ssl_conf_command Ciphersuites $suites13;
         location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
     }
 }
@@ -108,11 +126,14 @@ start_haproxy() {
 global
     nbthread 1
     cpu-map 1/1 $proxy_cpu
-    maxconn 5000
+    maxconn 9000
+    ssl-default-bind-ciphersuites $suites13
 defaults
     mode http
     timeout connect 5s
-    timeout client 30s
+    timeout client 120s
+    timeout http-request 120s
+    timeout http-keep-alive 120s
     timeout server 30s
     http-reuse always
 frontend f
@@ -142,6 +163,39 @@ wait_tls() { # TARGET
     done
     echo "bench-tls: $1 did not come up" >&2; cat "$tmp"/*.log >&2 || true; exit 1
 }
+
+if [ "$idle" -gt 0 ]; then
+    ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+    # rss_pids TARGET: the processes holding the connections (nginx: its worker).
+    rss_pids() {
+        if [ "$1" = nginx ]; then pgrep -P "${tpid[nginx]}"; else echo "${tpid[$1]}"; fi
+    }
+    declare -A idle_kib=() kept_kib=()
+    for r in $(seq "$rounds"); do
+        for t in zgix nginx haproxy; do
+            "start_$t"; wait_tls "$t"
+            # shellcheck disable=SC2046
+            out="$(taskset -c "$client_cpu" python3 scripts/lib/tls-idle-client.py "$(port_of "$t")" "$idle" \
+                $(rss_pids "$t"))"
+            kill "${tpid[$t]}"; wait "${tpid[$t]}" 2>/dev/null || true
+            read -r i k c ok <<<"$(printf '%s' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+n = max(r["connected"], 1)
+print("%.2f %.2f %d %d" % ((r["idle"] - r["start"]) / n, (r["kept"] - r["start"]) / n, r["connected"], r["ok"]))')"
+            [ "$c" = "$idle" ] && [ "$ok" = "$idle" ] || { echo "bench-tls: $t held $c of $idle, $ok answered: $out" >&2; exit 1; }
+            idle_kib[$t]+="$i " kept_kib[$t]+="$k "
+            echo "round $r $t: idle $i KiB/conn, after one request $k KiB/conn" >&2
+        done
+    done
+    med() { tr ' ' '\n' | grep -v '^$' | median; }
+    printf '\n%-9s %18s %22s\n' target "idle KiB/conn" "kept-alive KiB/conn"
+    for t in zgix nginx haproxy; do
+        printf '%-9s %18s %22s\n' "$t" "$(echo "${idle_kib[$t]}" | med)" "$(echo "${kept_kib[$t]}" | med)"
+    done
+    echo "(VmRSS growth / $idle TLS 1.3 connections, medians of $rounds rounds, a fresh process each; nginx: its worker)"
+    exit 0
+fi
 
 for t in zgix nginx haproxy; do "start_$t"; wait_tls "$t"; done
 

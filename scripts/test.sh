@@ -8,6 +8,8 @@
 #   kill(1)            (Debian package procps)       signals the zgix under test
 #   curl, openssl      (Debian packages curl, openssl) real TLS clients of the TLS tests
 #   redis-server       (Debian package redis-server) the fleet tests' shared Redis
+#   nginx              (Debian package nginx)        the TLS origin of proxy/tests/tls_upstream.rs
+#   python3            (Debian package python3)      the Python `ssl` client of proxy/tests/tls_hello.rs
 # As root, missing ones are installed with apt-get; otherwise the script stops
 # and names the packages to install.
 set -euo pipefail
@@ -20,6 +22,8 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/test.sh: installing ${missing[*]}"

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::RequestFilter;
 use crate::limits::Limits;
-use crate::upstream::{default_retries, Endpoint, Health};
+use crate::upstream::{default_retries, Endpoint, Health, UpstreamTls};
 use crate::via::Via;
 
 /// The whole config document.
@@ -210,6 +210,9 @@ pub struct Cluster {
     /// Re-resolve named endpoints this often; `None` resolves at load only.
     #[serde(default)]
     pub resolve_ms: Option<u64>,
+    /// TLS to the endpoints; `None`: plain TCP.
+    #[serde(default)]
+    pub tls: Option<UpstreamTls>,
 }
 
 /// Load-balancing policy.

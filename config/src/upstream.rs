@@ -1,4 +1,4 @@
-//! A cluster's upstream side: endpoints (address or name, weight), passive and active health, retries.
+//! A cluster's upstream side: endpoints (address or name, weight), passive and active health, retries, TLS to the origins.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -300,6 +300,29 @@ fn d_unhealthy() -> u32 {
 }
 fn d_expect_status() -> Vec<u16> {
     vec![200]
+}
+
+/// `clusters.NAME.tls`: connect to the endpoints over TLS (1.2 or 1.3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// The name sent as SNI and checked against the origin's certificate;
+    /// default: the endpoint's host name, or its IP address (checked
+    /// against the certificate's IP SANs, and no SNI).
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// PEM file of the CA certificates trusted for the origins; default:
+    /// the system's roots.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// `false` accepts any certificate (logged as a warning at start and
+    /// reload); only when written out.
+    #[serde(default = "d_verify")]
+    pub verify: bool,
+}
+
+fn d_verify() -> bool {
+    true
 }
 
 /// serde default for `Cluster::retries`.

@@ -1,9 +1,13 @@
-//! One TLS connection on rustls' unbuffered API, behind the few calls the proxy makes: feed it received bytes (records are decrypted in place in the caller's buffer and handed out as slices), take what it wants sent, encrypt a reply, close with `close_notify`. rustls' next major version replaces the unbuffered API; only this file knows it.
+//! One TLS connection on rustls' unbuffered API, behind the few calls the proxy makes: feed it received bytes (records are decrypted in place in the caller's buffer and handed out as slices), take what it wants sent, encrypt a reply, close with `close_notify`. The same code drives a server side ([`Session`]) and a client side ([`crate::client::ClientSession`]); rustls' next major version replaces the unbuffered API, and only this file and `client.rs` know it.
 
+use std::ops::DerefMut;
 use std::sync::Arc;
 
-use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{
+    ConnectionState, EncodeError, EncryptError, ReadEarlyData, UnbufferedConnectionCommon,
+    UnbufferedStatus,
+};
 use rustls::ServerConfig;
 
 /// What went wrong, classed as the metrics count it.
@@ -15,6 +19,12 @@ pub enum Failure {
     NoCert,
     /// A ClientHello or record rustls cannot decode.
     BadHello(String),
+    /// A client side refused the server's certificate (`reason` is the
+    /// metric label: `unknown_ca`, `bad_name`, `bad_certificate`).
+    Refused {
+        reason: &'static str,
+        detail: String,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -23,11 +33,24 @@ impl std::fmt::Display for Failure {
             Failure::Alert(e) => write!(f, "TLS error: {e}"),
             Failure::NoCert => f.write_str("no certificate for the client's SNI"),
             Failure::BadHello(e) => write!(f, "bad ClientHello: {e}"),
+            Failure::Refused { detail, .. } => write!(f, "certificate refused: {detail}"),
         }
     }
 }
 
 fn classify(e: rustls::Error, handshaking: bool) -> Failure {
+    if let rustls::Error::InvalidCertificate(c) = &e {
+        use rustls::CertificateError as C;
+        let reason = match c {
+            C::UnknownIssuer => "unknown_ca",
+            C::NotValidForName | C::NotValidForNameContext { .. } => "bad_name",
+            _ => "bad_certificate",
+        };
+        return Failure::Refused {
+            reason,
+            detail: e.to_string(),
+        };
+    }
     match e {
         rustls::Error::General(m) if m.contains("no server certificate chain resolved") => {
             Failure::NoCert
@@ -60,9 +83,41 @@ pub struct Progress {
     pub peer_closed: bool,
 }
 
-/// A server-side TLS connection.
-pub struct Session {
-    conn: UnbufferedServerConnection,
+/// The side of a connection: what differs between rustls' unbuffered server
+/// and client (the rest of [`Tls`] is the same code).
+pub trait Side: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> {
+    type Data;
+    /// `process_tls_records` of this side.
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
+    /// Early data arrived: its records are dropped; how many bytes.
+    fn skip_early(r: ReadEarlyData<'_, '_, Self::Data>) -> Result<usize, Failure>;
+}
+
+impl Side for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ServerConnectionData> {
+        self.process_tls_records(incoming)
+    }
+    fn skip_early(mut r: ReadEarlyData<'_, '_, ServerConnectionData>) -> Result<usize, Failure> {
+        // max_early_data_size is 0: rustls refuses early data, so nothing
+        // should arrive here; drop it if it does.
+        let mut discard = 0;
+        while let Some(rec) = r.next_record() {
+            discard += rec.map_err(|e| Failure::Alert(e.to_string()))?.discard;
+        }
+        Ok(discard)
+    }
+}
+
+/// A TLS connection of either side.
+pub struct Tls<S> {
+    conn: S,
     /// TLS bytes to send (handshake records, alerts, encrypted data), in
     /// order; freed when sent so an idle session holds no buffer.
     out: Vec<u8>,
@@ -76,16 +131,25 @@ pub const RECORD_OVERHEAD: usize = 29;
 /// The most plaintext per record (RFC 8446 §5.1).
 pub const MAX_PLAINTEXT: usize = 1 << 14;
 
+/// A server-side TLS connection.
+pub type Session = Tls<UnbufferedServerConnection>;
+
 impl Session {
     pub fn new(config: Arc<ServerConfig>) -> Result<Session, Failure> {
         let conn =
             UnbufferedServerConnection::new(config).map_err(|e| Failure::Alert(e.to_string()))?;
-        Ok(Session {
+        Ok(Tls::with(conn))
+    }
+}
+
+impl<S: Side> Tls<S> {
+    pub(crate) fn with(conn: S) -> Tls<S> {
+        Tls {
             conn,
             out: Vec::new(),
             sent: 0,
             established: false,
-        })
+        }
     }
 
     /// Processes the TLS bytes in `incoming`: handshake messages move the
@@ -98,9 +162,10 @@ impl Session {
         data: &mut dyn FnMut(&[u8]),
     ) -> Result<Progress, Failure> {
         let mut p = Progress::default();
+        let mut refused_renegotiation = false;
         loop {
             let UnbufferedStatus { mut discard, state } =
-                self.conn.process_tls_records(&mut incoming[p.consumed..]);
+                self.conn.process(&mut incoming[p.consumed..]);
             let state = match state {
                 Ok(s) => s,
                 Err(e) => {
@@ -118,16 +183,13 @@ impl Session {
                         data(rec.payload);
                     }
                 }
-                ConnectionState::ReadEarlyData(mut r) => {
-                    // max_early_data_size is 0: rustls refuses early data,
-                    // so nothing should arrive here; drop it if it does.
-                    while let Some(rec) = r.next_record() {
-                        let rec = rec.map_err(|e| Failure::Alert(e.to_string()))?;
-                        discard += rec.discard;
-                    }
-                }
+                ConnectionState::ReadEarlyData(r) => discard += S::skip_early(r)?,
                 ConnectionState::EncodeTlsData(mut e) => {
-                    encode_into(&mut self.out, |b| e.encode(b))
+                    encode_into(&mut self.out, |b| e.encode(b));
+                    // On an established TLS 1.2 session the one message
+                    // rustls answers by itself is a renegotiation request
+                    // (its `no_renegotiation` warning, RFC 5746 §4.2).
+                    refused_renegotiation = self.established;
                 }
                 ConnectionState::TransmitTlsData(t) => {
                     // Queued in `out`, which the caller sends before
@@ -147,6 +209,14 @@ impl Session {
                 _ => stop = true,
             }
             p.consumed += discard;
+            if refused_renegotiation && self.version_is_12() {
+                // A client that asked waits for a ServerHello that never
+                // comes: close the connection as nginx does, after the
+                // warning (CVE-2009-3555 is why nobody renegotiates).
+                return Err(Failure::Alert(
+                    "renegotiation refused (no_renegotiation sent)".into(),
+                ));
+            }
             if stop {
                 break;
             }
@@ -155,17 +225,20 @@ impl Session {
         Ok(p)
     }
 
-    /// After an error: the alerts rustls queued, into `out`.
+    fn version_is_12(&self) -> bool {
+        let c: &rustls::CommonState = &self.conn;
+        c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_2)
+    }
+
+    /// After an error: the alert rustls queued (one chunk), into `out`.
+    /// Called once: a further call would deframe, and with handshake
+    /// messages of the failed flight still held (a server's whole flight
+    /// arrives in one record) rustls would look for them in the empty
+    /// buffer passed here, and panic (`client_tests` has the case).
     fn flush_alerts(&mut self) {
-        for _ in 0..4 {
-            let st = self.conn.process_tls_records(&mut []);
-            match st.state {
-                Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                    encode_into(&mut self.out, |b| e.encode(b))
-                }
-                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-                _ => break,
-            }
+        let st = self.conn.process(&mut []);
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = st.state {
+            encode_into(&mut self.out, |b| e.encode(b))
         }
     }
 
@@ -173,7 +246,7 @@ impl Session {
     /// 16 KiB). Fails before the handshake is complete or after a close.
     pub fn write(&mut self, plain: &[u8]) -> Result<(), Failure> {
         for chunk in plain.chunks(MAX_PLAINTEXT) {
-            let st = self.conn.process_tls_records(&mut []);
+            let st = self.conn.process(&mut []);
             match st.state {
                 Ok(ConnectionState::WriteTraffic(mut w)) => {
                     encrypt_into(&mut self.out, chunk.len(), |b| w.encrypt(chunk, b))?
@@ -188,7 +261,7 @@ impl Session {
     /// Queues `close_notify` (RFC 8446 §6.1) when the handshake finished;
     /// every close zgix starts on an established session sends one.
     pub fn close(&mut self) {
-        let st = self.conn.process_tls_records(&mut []);
+        let st = self.conn.process(&mut []);
         if let Ok(ConnectionState::WriteTraffic(mut w)) = st.state {
             let _ = encrypt_into(&mut self.out, 0, |b| w.queue_close_notify(b));
         }
@@ -238,7 +311,7 @@ impl Session {
 
     /// The negotiated parameters (empty before the handshake is done).
     pub fn info(&self) -> Info {
-        let c = &*self.conn;
+        let c: &rustls::CommonState = &self.conn;
         Info {
             version: match c.protocol_version() {
                 Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",

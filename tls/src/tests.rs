@@ -250,3 +250,65 @@ fn garbage_after_a_record_header_is_a_bad_hello_and_leaves_an_alert() {
     );
     assert!(!s.pending().is_empty(), "an alert for the client");
 }
+
+#[test]
+fn a_refused_hello_with_another_message_in_its_record_fails_without_a_panic() {
+    // A TLS 1.2-only ClientHello to a 1.3-only listener, with a second
+    // handshake message (an empty Finished) in the same record: rustls
+    // refuses the hello while the second message is still held, and
+    // asking it for the alert again would make it look for that message
+    // in an empty buffer (a panic in rustls' deframer, i.e. a crashed
+    // shard, before flush_alerts called it once only).
+    let p = testkeys::ecdsa(&["site.example"]);
+    let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS12], &[]));
+    let l13 = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls13,
+        true,
+    ))
+    .unwrap();
+    let mut c = ClientConnection::new(cfg, "site.example".try_into().unwrap()).unwrap();
+    let mut hello = Vec::new();
+    while c.wants_write() {
+        c.write_tls(&mut hello).unwrap();
+    }
+    assert_eq!(hello[0], 22);
+    let len = usize::from(u16::from_be_bytes([hello[3], hello[4]]));
+    assert_eq!(hello.len(), 5 + len, "one record");
+    hello.extend_from_slice(&[20, 0, 0, 0]);
+    hello[3..5].copy_from_slice(&((len + 4) as u16).to_be_bytes());
+    let mut s = Session::new(l13).unwrap();
+    let e = s.read(&mut hello, &mut |_| {}).unwrap_err();
+    assert!(matches!(e, Failure::Alert(_)), "{e:?}");
+    assert!(!s.pending().is_empty(), "an alert for the client");
+}
+
+#[test]
+fn the_server_picks_aes_128_gcm_over_a_client_that_prefers_aes_256() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|s| u8::from(s.suite() != rustls::CipherSuite::TLS13_AES_256_GCM_SHA384));
+    let mut roots = RootCertStore::empty();
+    for c in crate::certs::read_chain(&p.cert).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let cfg = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        true,
+    ))
+    .unwrap();
+    let (mut c, mut s) = connect(&Arc::new(cfg), "site.example", &server);
+    c.writer().write_all(b"x").unwrap();
+    pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+    assert_eq!(s.info().cipher, "TLS13_AES_128_GCM_SHA256");
+}

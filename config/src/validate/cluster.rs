@@ -1,4 +1,4 @@
-//! Cluster rules: endpoints (address or name, weight, uniqueness), health checks, retries, re-resolution.
+//! Cluster rules: endpoints (address or name, weight, uniqueness), health checks, retries, re-resolution, TLS to the origins.
 
 use std::collections::HashMap;
 
@@ -6,6 +6,20 @@ use super::{is_cluster_name, Validator, MAX_CLUSTER_NAME_BYTES};
 use crate::limits::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::model::Cluster;
 use crate::upstream::*;
+
+/// RFC 1123 §2.1 host name: dot-separated labels of letters, digits and
+/// hyphens (`_` too, as resolvers accept it), at most 253 bytes.
+fn is_dns_name(s: &str) -> bool {
+    (1..=253).contains(&s.len())
+        && s.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
 
 /// Longest active-check path or Host value.
 const MAX_PROBE_FIELD_BYTES: usize = 1024;
@@ -91,6 +105,38 @@ impl Validator<'_> {
         }
         if let Some(active) = &cluster.health.active {
             self.active(&format!("{path}.health.active"), active);
+        }
+        if let Some(tls) = &cluster.tls {
+            self.upstream_tls(&format!("{path}.tls"), tls);
+        }
+    }
+
+    /// `clusters.NAME.tls`: what can be checked without reading the CA file
+    /// (zgix reads it at `--check`, start and reload, with the same path).
+    fn upstream_tls(&mut self, path: &str, t: &UpstreamTls) {
+        if let Some(name) = &t.server_name {
+            let p = format!("{path}.server_name");
+            if name.parse::<std::net::IpAddr>().is_err() && !is_dns_name(name) {
+                self.err(
+                    &p,
+                    format!(
+                        "{name:?} is neither a DNS name (letters, digits, '-', '_' and '.', at most 253 bytes) nor an IP address"
+                    ),
+                );
+            }
+        }
+        if let Some(ca) = &t.ca {
+            let p = format!("{path}.ca");
+            if ca.is_empty() {
+                self.err(&p, "must be the path of a PEM file of CA certificates");
+            } else if ca.contains('\0') {
+                self.err(&p, "must not contain NUL");
+            } else if !t.verify {
+                self.err(
+                    &p,
+                    "has no effect with \"verify\": false (no certificate is checked); remove one of them",
+                );
+            }
         }
     }
 

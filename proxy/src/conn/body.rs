@@ -19,8 +19,9 @@ use super::state::ClientBytes;
 use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
-use crate::io::{Buf, Sock};
+use crate::io::Buf;
 use crate::observe::decision::UpstreamError;
+use crate::upstream::conn::UpConn;
 
 /// Whether any byte of the current final (or 101) response reached the
 /// client; relayed interim 1xx answers do not count. Set only by
@@ -53,7 +54,7 @@ impl BodyRead {
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {
     pub client: &'a ClientConn,
-    pub up: &'a Sock,
+    pub up: &'a UpConn,
     /// The client's bytes, the head already consumed: the body starts here,
     /// and a pipelined request may follow it.
     pub cl: &'a mut ClientBytes,
@@ -161,7 +162,7 @@ pub(super) struct Download<'a> {
     pub shard: &'a Shard,
     pub li: usize,
     pub client: &'a ClientConn,
-    pub up: &'a Sock,
+    pub up: &'a UpConn,
     pub ubuf: &'a mut Buf,
     pub ustart: &'a mut usize,
     pub uend: &'a mut usize,

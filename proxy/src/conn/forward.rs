@@ -11,10 +11,10 @@ use super::body::{BodyRead, Download, ResponseEnd, Sent, Upload};
 use super::{is_timeout, Conn, Exchange, Fail, Next};
 use crate::http::respond::status_for;
 use crate::http::wire;
-use crate::io::Sock;
 use crate::observe::decision::Decision;
 use crate::observe::decision::UpstreamError;
 use crate::runtime::Runtime;
+use crate::upstream::conn::UpConn;
 use crate::upstream::health;
 use crate::upstream::lb;
 use crate::upstream::metrics::RetryReason;
@@ -277,7 +277,7 @@ impl Conn {
         ep: usize,
         must_be_alive: bool,
         fresh: bool,
-    ) -> Result<(Sock, bool), UpstreamError> {
+    ) -> Result<(UpConn, bool), UpstreamError> {
         let shard = &self.shard;
         let now = shard.driver.now();
         while let Some(s) = (!fresh).then(|| shard.pool.take(ep, now)).flatten() {
@@ -291,14 +291,10 @@ impl Conn {
             // A name that never resolved.
             return Err(UpstreamError::ConnectOther);
         };
-        match Sock::connect(&shard.driver, addr, shard.rt.timeouts.upstream_connect).await {
-            Ok(s) => Ok((s, false)),
-            Err(e) => Err(match e.kind() {
-                io::ErrorKind::ConnectionRefused => UpstreamError::ConnectRefused,
-                _ if is_timeout(&e) => UpstreamError::ConnectTimeout,
-                _ => UpstreamError::ConnectOther,
-            }),
-        }
+        let timeout = shard.rt.timeouts.upstream_connect;
+        UpConn::connect(&shard.driver, &shard.rt.up, ep, addr, timeout)
+            .await
+            .map(|s| (s, false))
     }
 
     /// Sends the head, then streams the body up while reading the answer
@@ -307,7 +303,7 @@ impl Conn {
     async fn exchange(
         &mut self,
         x: &mut Exchange,
-        up: &Sock,
+        up: &UpConn,
         reused: bool,
         coalesced: u64,
         filtered: bool,

@@ -222,7 +222,9 @@ pub async fn accept(
                     let o = match e {
                         zgix_tls::Failure::BadHello(_) => Outcome::BadHello,
                         zgix_tls::Failure::NoCert => Outcome::NoCert,
-                        zgix_tls::Failure::Alert(_) => Outcome::Alert,
+                        zgix_tls::Failure::Alert(_) | zgix_tls::Failure::Refused { .. } => {
+                            Outcome::Alert
+                        }
                     };
                     return Err(o);
                 }
@@ -309,6 +311,8 @@ pub struct LoadedTls {
     pub listeners: Vec<Option<Arc<TlsListener>>>,
     /// `path: rule` for each certificate that expires soon.
     pub warnings: Vec<String>,
+    /// TLS towards origins, by cluster index (`upstream::tls::load_all`).
+    pub clusters: Vec<Option<Arc<crate::upstream::tls::ClusterTls>>>,
 }
 
 /// Reads and checks the certificates and keys of every TLS listener of
@@ -318,6 +322,7 @@ pub fn load_all(config: &zgix_config::Config) -> Result<LoadedTls, Vec<String>> 
     let mut out = LoadedTls {
         listeners: Vec::with_capacity(config.listeners.len()),
         warnings: Vec::new(),
+        clusters: Vec::new(),
     };
     let mut errors = Vec::new();
     let tickets = config
@@ -341,6 +346,13 @@ pub fn load_all(config: &zgix_config::Config) -> Result<LoadedTls, Vec<String>> 
                 errors.extend(problems.into_iter().map(|(p, r)| format!("{p}: {r}")));
             }
         }
+    }
+    match crate::upstream::tls::load_all(config) {
+        Ok((clusters, warnings)) => {
+            out.clusters = clusters;
+            out.warnings.extend(warnings);
+        }
+        Err(e) => errors.extend(e),
     }
     if errors.is_empty() {
         Ok(out)

@@ -177,8 +177,8 @@ impl Shard {
         self.shutdown.close();
         let now = self.driver.now();
         let fresh = self.rt.timeouts.upstream_pool_idle;
-        for (ep, addr) in self.rt.up.endpoints.iter().enumerate() {
-            let to = next.rt.up.endpoints.iter().position(|a| a == addr);
+        for ep in 0..self.rt.up.endpoints.len() {
+            let to = next.rt.up.successor(&self.rt.up, ep);
             // Oldest first, so the newest ends up on top of the new pool.
             while let Some((s, since)) = self.pool.take_oldest(ep) {
                 if let Some(to) = to.filter(|_| now.duration_since(since) < fresh) {
@@ -193,7 +193,7 @@ impl Shard {
 
     /// An upstream connection whose exchange ended cleanly, back to the
     /// pool: this generation's, or the newest's once this one is retired.
-    pub fn return_upstream(&self, ep: usize, sock: crate::io::Sock) {
+    pub fn return_upstream(&self, ep: usize, sock: crate::upstream::conn::UpConn) {
         let now = self.driver.now();
         if !self.retired.get() {
             return self.pool.put(ep, sock, now);
@@ -204,8 +204,7 @@ impl Shard {
         if next.retired.get() {
             return;
         }
-        let addr = self.rt.up.endpoints[ep];
-        if let Some(to) = next.rt.up.endpoints.iter().position(|a| *a == addr) {
+        if let Some(to) = next.rt.up.successor(&self.rt.up, ep) {
             next.pool.put(to, sock, now);
         }
     }

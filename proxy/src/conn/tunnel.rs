@@ -8,8 +8,9 @@ use futures_lite::future::zip;
 
 use super::client::Stream;
 use super::{is_timeout, Conn, Exchange, Next};
-use crate::io::{Buf, Sock};
+use crate::io::Buf;
 use crate::observe::counter::Counter;
+use crate::upstream::conn::UpConn;
 
 /// One direction of a tunnel: reads `from`, writes `to`; on EOF half-closes
 /// `to`. A read that times out ends the direction only if the other one was
@@ -55,7 +56,7 @@ async fn pump(
 
 impl Conn {
     /// Relays the client and `up` until the tunnel ends; the connection then closes.
-    pub(super) async fn tunnel(&mut self, x: &mut Exchange, up: Sock) -> Next {
+    pub(super) async fn tunnel(&mut self, x: &mut Exchange, up: UpConn) -> Next {
         let shard = self.shard.clone();
         let e = &shard.counters.engine;
         e.tunnels_opened.inc();
@@ -90,5 +91,26 @@ impl Conn {
         .await;
         e.tunnels_active.fetch_sub(1, Ordering::Relaxed);
         Next::Close
+    }
+}
+
+impl Stream for UpConn {
+    async fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        UpConn::read(self, buf).await
+    }
+    async fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        UpConn::write_all(self, buf).await
+    }
+    fn set_read_timeout(&self, d: Option<std::time::Duration>) {
+        UpConn::set_read_timeout(self, d)
+    }
+    fn set_write_timeout(&self, d: Option<std::time::Duration>) {
+        UpConn::set_write_timeout(self, d)
+    }
+    async fn close_write(&self) {
+        self.shutdown().await
+    }
+    fn now(&self) -> Instant {
+        self.driver().now()
     }
 }

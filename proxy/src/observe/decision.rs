@@ -146,6 +146,8 @@ pub enum UpstreamError {
     HeaderTimeout,
     IdleTimeout,
     BadResponse,
+    /// The TLS handshake with the origin failed (certificate refused, alert).
+    ConnectTls,
 }
 
 impl UpstreamError {
@@ -156,10 +158,11 @@ impl UpstreamError {
             UpstreamError::ConnectRefused
                 | UpstreamError::ConnectTimeout
                 | UpstreamError::ConnectOther
+                | UpstreamError::ConnectTls
         )
     }
 
-    pub const ALL: [UpstreamError; 7] = [
+    pub const ALL: [UpstreamError; 8] = [
         UpstreamError::ConnectRefused,
         UpstreamError::ConnectTimeout,
         UpstreamError::ConnectOther,
@@ -167,6 +170,7 @@ impl UpstreamError {
         UpstreamError::HeaderTimeout,
         UpstreamError::IdleTimeout,
         UpstreamError::BadResponse,
+        UpstreamError::ConnectTls,
     ];
     pub fn label(self) -> &'static str {
         match self {
@@ -177,6 +181,7 @@ impl UpstreamError {
             UpstreamError::HeaderTimeout => "header_timeout",
             UpstreamError::IdleTimeout => "idle_timeout",
             UpstreamError::BadResponse => "bad_response",
+            UpstreamError::ConnectTls => "tls_handshake",
         }
     }
 }

@@ -98,6 +98,7 @@ fn load(start: Start, shards: usize) -> Result<(Server, Option<instance::Handed>
     }
     let mut rt = Runtime::new(start.config, shards);
     rt.attach_tls(tls.listeners);
+    rt.up.attach_tls(tls.clusters);
     if let Some(cfg) = &rt.config.access_log {
         rt.access_log = Some(Arc::new(crate::observe::access_log::AccessLog::start(
             cfg, shards,
@@ -598,6 +599,7 @@ impl Server {
         }
         let (mut rt, notes) = Runtime::reloaded(config, self.shards, &self.rt);
         rt.attach_tls(tls.listeners);
+        rt.up.attach_tls(tls.clusters);
         let mut stop_old_log = None;
         if rt.config.access_log == self.rt.config.access_log {
             rt.access_log = self.rt.access_log.clone();

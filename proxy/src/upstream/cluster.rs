@@ -2,12 +2,14 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 use zgix_config::{Active, Config, Lb, Target};
 
 use crate::upstream::health::{ClusterHealth, EndpointHealth};
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::upstream::resolve::AtomicAddr;
+use crate::upstream::tls::ClusterTls;
 
 /// Fixed keys hashing an endpoint's label into its rendezvous identity; the
 /// secret part of `source_ip` hashing is [`Upstreams::hrw`], not this.
@@ -31,6 +33,9 @@ pub struct ClusterRt {
     pub health: ClusterHealth,
     /// `clusters.NAME.resolve_ms`: how often its names are resolved again.
     pub resolve_ms: Option<u64>,
+    /// `clusters.NAME.tls`, read by `tls::load_all` and attached with
+    /// [`Upstreams::attach_tls`] before the first connection; unset: plain TCP.
+    pub tls: OnceLock<Arc<ClusterTls>>,
 }
 
 /// One endpoint slot: fixed at load for the life of the process, whether its
@@ -105,6 +110,7 @@ impl Upstreams {
                 active: c.health.active.clone(),
                 health: ClusterHealth::default(),
                 resolve_ms: c.resolve_ms,
+                tls: OnceLock::new(),
             });
         }
         let endpoints = upstreams
@@ -124,5 +130,30 @@ impl Upstreams {
             hrw: ahash::RandomState::new(),
             draining: AtomicBool::new(false),
         }
+    }
+
+    /// Gives each cluster the TLS configuration `tls::load_all` read for
+    /// it (by index).
+    pub fn attach_tls(&self, tls: Vec<Option<Arc<ClusterTls>>>) {
+        for (c, t) in self.clusters.iter().zip(tls) {
+            if let Some(t) = t {
+                let _ = c.tls.set(t);
+            }
+        }
+    }
+
+    /// The slot in `self` that takes over the pooled connections of slot
+    /// `ep` of `prev` (a reload): same address, and the same TLS settings
+    /// (a connection made under other ones, or in the clear, is not reused).
+    pub fn successor(&self, prev: &Upstreams, ep: usize) -> Option<usize> {
+        let addr = prev.endpoints[ep];
+        let spec = |u: &Upstreams, ep: usize| {
+            u.clusters[u.upstreams[ep].cluster]
+                .tls
+                .get()
+                .map(|t| t.spec.clone())
+        };
+        let want = spec(prev, ep);
+        (0..self.endpoints.len()).find(|&i| self.endpoints[i] == addr && spec(self, i) == want)
     }
 }

@@ -1,4 +1,4 @@
-//! A shard's upstream keep-alive pool: idle connections per endpoint, newest reused first, sized by recent demand.
+//! A shard's upstream keep-alive pool: idle connections (plain or TLS, which stay TLS) per endpoint, newest reused first, sized by recent demand.
 //!
 //! The pool follows the demand without being told it. Connections are reused
 //! newest first (LIFO), so the oldest idle ones sit at the front untouched
@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::io::Sock;
+use crate::upstream::conn::UpConn;
 
 /// How long a connection must have been unneeded before the pool closes it:
 /// long enough that a lull between bursts, or a client pausing a few
@@ -46,7 +46,7 @@ struct Slot<S> {
 
 /// Idle upstream connections of one shard, indexed by endpoint slot. Only its
 /// shard touches it, so it is a plain `RefCell`.
-pub struct Pool<S = Sock> {
+pub struct Pool<S = UpConn> {
     slots: Vec<RefCell<Slot<S>>>,
     max_idle: usize,
     idle_timeout: Duration,
@@ -170,9 +170,9 @@ impl<S> Pool<S> {
 }
 
 /// True when a pooled connection is still open with nothing unread (see
-/// [`Sock::is_stale`]). Used before sending a request that could not be
+/// [`UpConn::is_stale`]). Used before sending a request that could not be
 /// retried (non-idempotent or with a body).
-pub fn looks_alive(stream: &Sock) -> bool {
+pub fn looks_alive(stream: &UpConn) -> bool {
     !stream.is_stale()
 }
 

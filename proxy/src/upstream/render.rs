@@ -1,4 +1,4 @@
-//! The per-endpoint upstream families of `/metrics` (requests, errors, in flight, connects, time to first byte, health), labelled by cluster and endpoint.
+//! The per-endpoint upstream families of `/metrics` (requests, errors, in flight, connects, time to first byte, health), labelled by cluster and endpoint, and the TLS handshake failures by cluster.
 
 use std::fmt::Write as _;
 
@@ -101,8 +101,34 @@ pub fn render(up: &Upstreams) -> String {
             c.name
         );
     }
+    tls_failures(&mut o, up);
     ttfb(&mut o, up, &labels);
     o
+}
+
+/// `zgix_upstream_tls_failures_total{cluster,reason}`: failed handshakes
+/// with the origins of each TLS cluster (counted since its TLS settings
+/// were loaded).
+fn tls_failures(o: &mut String, up: &Upstreams) {
+    use crate::upstream::tls::TlsReason;
+    family(
+        o,
+        "zgix_upstream_tls_failures_total",
+        "counter",
+        "Failed TLS handshakes with the origins of a cluster, by reason (since the cluster's TLS settings were last loaded).",
+    );
+    for c in &up.clusters {
+        let Some(t) = c.tls.get() else { continue };
+        for r in TlsReason::ALL {
+            let _ = writeln!(
+                o,
+                "zgix_upstream_tls_failures_total{{cluster=\"{}\",reason=\"{}\"}} {}",
+                c.name,
+                r.label(),
+                t.failures(r)
+            );
+        }
+    }
 }
 
 /// `zgix_upstream_ttfb_seconds`: one cumulative histogram per endpoint.

@@ -1,4 +1,4 @@
-//! Tests of the cluster rules: endpoints by name and weight, lb, retries, resolve_ms, passive and active health.
+//! Tests of the cluster rules: endpoints by name and weight, lb, retries, resolve_ms, passive and active health, TLS to the origins.
 use super::*;
 
 const C: &str = "/clusters/api";
@@ -191,4 +191,37 @@ fn upstream_settings_serialize_round_trip() {
     let again = load(&serde_json::to_string(&c).unwrap()).unwrap();
     assert_eq!(c, again);
     assert_eq!(again.clusters["api"].health.passive, None);
+}
+
+#[test]
+fn upstream_tls_defaults_and_rules() {
+    let c = load(&with(&[("/clusters/api/tls", json!({}))])).unwrap();
+    let t = c.clusters["api"].tls.as_ref().unwrap();
+    assert_eq!(
+        (t.server_name.as_deref(), t.ca.as_deref(), t.verify),
+        (None, None, true)
+    );
+    assert!(load(MINIMAL).unwrap().clusters["api"].tls.is_none());
+    assert!(errs(&[(
+        "/clusters/api/tls",
+        json!({"server_name": "10.0.0.1", "ca": "/etc/zgix/ca.pem"})
+    )])
+    .is_empty());
+    assert!(errs(&[("/clusters/api/tls", json!({"verify": false}))]).is_empty());
+    assert_eq!(
+        errs(&[(
+            "/clusters/api/tls",
+            json!({"server_name": "bad name", "ca": "", "verify": true})
+        )]),
+        [
+            "clusters.api.tls.server_name: \"bad name\" is neither a DNS name (letters, digits, '-', '_' and '.', at most 253 bytes) nor an IP address",
+            "clusters.api.tls.ca: must be the path of a PEM file of CA certificates",
+        ]
+    );
+    one(
+        &[("/clusters/api/tls", json!({"ca": "/x.pem", "verify": false}))],
+        "clusters.api.tls.ca: has no effect with \"verify\": false (no certificate is checked); remove one of them",
+    );
+    let e = load(&with(&[("/clusters/api/tls", json!({"sni": "x"}))])).unwrap_err();
+    assert!(e[0].to_string().contains("unknown field `sni`"), "{e:?}");
 }

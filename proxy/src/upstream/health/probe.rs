@@ -1,4 +1,4 @@
-//! The active health prober: `GET path` to every endpoint of clusters with `health.active`, from one shard.
+//! The active health prober: `GET path` to every endpoint of clusters with `health.active`, from one shard (over TLS for a cluster with `tls`, checked as requests are).
 //!
 //! One shard runs [`run_prober`] (spawned by shard 0), so an endpoint is
 //! probed once per interval, not once per shard. Its verdict goes into the
@@ -16,10 +16,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zgix_config::Active;
+use zgix_config::{Active, Target};
 
 use crate::io::{Driver, Sock};
 use crate::upstream::cluster::Upstreams;
+use crate::upstream::conn::UpConn;
+use crate::upstream::tls::{self, ClusterTls};
 
 /// Bytes read for the status line: `HTTP/1.1 200` plus the separator.
 const STATUS_LINE_PREFIX: usize = 13;
@@ -59,6 +61,7 @@ async fn probe_loop(
     );
     let interval = Duration::from_millis(active.interval_ms);
     let timeout = Duration::from_millis(active.timeout_ms);
+    let tls = up.clusters[u.cluster].tls.get().map(|t| &**t);
     let (mut good, mut bad) = (0u32, 0u32);
     driver.sleep(stagger).await;
     while !up.draining.load(Relaxed) {
@@ -70,7 +73,15 @@ async fn probe_loop(
         }
         let verdict = match u.addr.get() {
             None => Err("the name has not resolved".to_string()),
-            Some(addr) => match probe_once(&driver, addr, request.as_bytes(), timeout).await {
+            Some(addr) => match probe_once(
+                &driver,
+                addr,
+                tls.map(|t| (t, &u.target)),
+                request.as_bytes(),
+                timeout,
+            )
+            .await
+            {
                 Ok(s) if active.expect_status.contains(&s) => Ok(()),
                 Ok(s) => Err(format!("status {s}")),
                 Err(e) => Err(e),
@@ -104,18 +115,32 @@ async fn probe_loop(
     }
 }
 
-/// One probe: connect, send `request`, read the status line, all within
+/// One probe: connect (and the TLS handshake when `tls` is given, with the
+/// endpoint's target), send `request`, read the status line, all within
 /// `timeout`. Returns the status code, or why the probe failed.
 pub async fn probe_once(
     driver: &Rc<Driver>,
     addr: SocketAddr,
+    tls: Option<(&ClusterTls, &Target)>,
     request: &[u8],
     timeout: Duration,
 ) -> Result<u16, String> {
     let exchange = async {
-        let s = Sock::connect(driver, addr, timeout)
+        let sock = Sock::connect(driver, addr, timeout)
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        let s = match tls {
+            None => UpConn::Plain(sock),
+            Some((t, target)) => {
+                let name = t
+                    .name_for(target)
+                    .ok_or_else(|| "TLS: no server name".to_string())?;
+                match tls::handshake(&sock, t, name, timeout).await {
+                    Ok(st) => UpConn::Tls(sock, st),
+                    Err(r) => return Err(format!("TLS handshake: {}", r.label())),
+                }
+            }
+        };
         s.write_all(request)
             .await
             .map_err(|e| format!("send: {e}"))?;
@@ -305,6 +330,7 @@ mod tests {
             let r = probe_once(
                 &d,
                 dead,
+                None,
                 b"GET / HTTP/1.1\r\n\r\n",
                 Duration::from_millis(500),
             )
@@ -314,6 +340,7 @@ mod tests {
             let r = probe_once(
                 &d,
                 silent_addr,
+                None,
                 b"GET / HTTP/1.1\r\n\r\n",
                 Duration::from_millis(50),
             )
