@@ -20,6 +20,7 @@ mod limits;
 mod load;
 mod model;
 mod observe;
+mod request_id;
 mod tls;
 mod upstream;
 mod validate;
@@ -34,6 +35,7 @@ pub use filter::{
 };
 pub use io::*;
 pub use limits::*;
+pub use request_id::{RequestIdMode, MAX_REQUEST_ID_BYTES};
 pub use model::{
     default_waf_status, AccessLog, AccessLogFormat, Admin, ClientFilter, Cluster, Config,
     ConnLimit, HttpListener, Lb, Listener, RateLimit, ServerHeader, Waf,

@@ -102,6 +102,13 @@ fn text(
         }
         None => out.extend_from_slice(b" - - - -"),
     }
+    // request_id (visible ASCII already; escaped all the same), `-` for none.
+    out.push(b' ');
+    if r.request_id.is_empty() {
+        out.push(b'-');
+    } else {
+        quoted(out, r.request_id.as_bytes());
+    }
 }
 
 fn listener_name<'a>(rt: &'a dyn Names, r: &Record) -> &'a str {
@@ -201,6 +208,8 @@ fn json(
             b",\"tls_version\":null,\"tls_cipher\":null,\"sni\":null,\"tls_resumed\":null",
         ),
     }
+    out.extend_from_slice(b",\"request_id\":");
+    json_opt(out, (!r.request_id.is_empty()).then(|| r.request_id.as_bytes()));
     out.push(b'}');
 }
 
