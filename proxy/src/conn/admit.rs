@@ -3,10 +3,23 @@
 use zgix_admission::{ClientId, ConnDecision, RateDecision, Spent};
 use zgix_parser::{BodyKind, Method, Version};
 
-use super::{Conn, Next};
+use super::state::Held;
+use super::{Conn, Exchange, Next};
 use crate::http::filters::Verdict;
 use crate::observe::decision::{Control, Decision};
 use crate::observe::metrics::Admission;
+
+/// What one admission control says of a request.
+enum Gate {
+    Pass,
+    /// It would refuse, but runs in dry-run mode: counted, forwarded.
+    DryRun(Control),
+    Refuse {
+        status: u16,
+        retry_after: Option<u64>,
+        decision: Decision,
+    },
+}
 
 impl Conn {
     /// Gives back the token this request took from its client's bucket, if
@@ -21,12 +34,11 @@ impl Conn {
     /// The identity the rate limit keys this request by: the hashed value of the
     /// listener's key field when the request carries it (the first such field), else
     /// the client's address identity.
-    fn rate_id(&self, key_header: Option<&[u8]>) -> ClientId {
+    fn rate_id(&self, x: &Exchange, key_header: Option<&[u8]>) -> ClientId {
         let Some(name) = key_header else {
             return self.id;
         };
-        let x = self.x.as_ref().expect("a request state is held");
-        let base = &x.cbuf[x.cstart..x.cend];
+        let base = x.cl.bytes();
         x.req
             .headers
             .iter()
@@ -35,184 +47,237 @@ impl Conn {
     }
 
     /// One parsed request from admission to its last response byte, with
-    /// its access-log record and duration (every decision counted).
-    pub(super) async fn handle_request(&mut self) -> Next {
+    /// its access-log record and duration (every decision counted). It owns
+    /// the request state while it runs (in its slab block, not in the idle
+    /// connection's future) and hands it back with how the connection goes on.
+    pub(super) async fn handle_request(&mut self, mut x: Held) -> (Next, Held) {
+        let next = self.handle(&mut x).await;
+        (next, x)
+    }
+
+    async fn handle(&mut self, x: &mut Exchange) -> Next {
         let shard = self.shard.clone();
         // Counted while handled: a drain cut at its deadline reports it.
         let _in_flight = shard.request_started();
         let t0 = self.shard.driver.now();
-        self.begin_record();
-        let next = self.admit_and_route(t0).await;
-        self.end_record(t0);
-        if let Some(x) = self.x.as_mut() {
-            x.rate_fields.clear();
-        }
+        self.begin_record(x);
+        let next = self.admit_and_route(x, t0).await;
+        self.end_record(x, t0);
+        x.rate_fields.clear();
         next
     }
 
     /// Admission, then forwarding. The order is the spec's: a malformed head was
     /// refused before this point (no token spent); then rate limit, connection
     /// limit, WAF, and only then routing.
-    async fn admit_and_route(&mut self, t0: std::time::Instant) -> Next {
-        let shard = self.shard.clone();
-        let rt = &shard.rt;
-        let lst = &rt.listeners[self.li];
-        let c = &shard.counters;
-        let li = self.li;
+    async fn admit_and_route(&mut self, x: &mut Exchange, t0: std::time::Instant) -> Next {
         self.token = None;
-
         // The first dry-run control that would have refused names the decision.
         let mut dry: Option<Control> = None;
-        if let Some(p) = lst.rate_limit {
-            let id = self.rate_id(lst.rate.key_header.as_deref());
-            let now = zgix_admission::monotonic_ns_at(t0);
-            let rc = if let Some(tag) = lst.rate.fleet {
-                rt.rate_table.check_fleet(id, p, now, rt.overflow, tag)
-            } else {
-                rt.rate_table.check_with(id, p, now, rt.overflow)
+        for control in [Control::RateLimit, Control::ConnLimit, Control::Waf] {
+            let gate = match control {
+                Control::RateLimit => self.check_rate(x, t0),
+                Control::ConnLimit => self.check_conn(),
+                Control::Waf => self.check_waf(x),
             };
-            c.rate_probe(rc.depth);
-            if let Some(prefix) = &lst.rate.headers {
-                // An identity without a bucket of its own is told nothing about the
-                // shared one (other clients' spending): none left, a window away.
-                let (r, t) = if rc.overflowed {
-                    (0, p.window_ms.div_ceil(1000).max(1))
-                } else {
-                    (rc.remaining, rc.next_token_secs)
-                };
-                crate::http::ratelimit::write(&mut self.x().rate_fields, prefix, r, t);
-            }
-            if rc.overflowed {
-                c.admission(li, Admission::RateLimitFull);
-            }
-            match rc.decision {
-                RateDecision::Allowed => {
-                    self.token = Some(Spent {
-                        id,
-                        params: p,
-                        shared: rc.overflowed,
-                        fleet: lst.rate.fleet.is_some(),
-                    })
-                }
-                RateDecision::TableFull => {}
-                RateDecision::Limited { .. } if lst.rate.dry_run => {
-                    c.dry_run(li, Control::RateLimit);
-                    dry = dry.or(Some(Control::RateLimit));
-                }
-                RateDecision::Limited { retry_after_secs } => {
-                    c.admission(li, Admission::RateLimited);
-                    self.x().rec.decision = Decision::RateLimited;
-                    self.refuse(429, Some(retry_after_secs)).await;
+            match gate {
+                Gate::Pass => {}
+                Gate::DryRun(c) => dry = dry.or(Some(c)),
+                Gate::Refuse {
+                    status,
+                    retry_after,
+                    decision,
+                } => {
+                    x.rec.decision = decision;
+                    self.refuse(x, status, retry_after).await;
                     return Next::Close;
                 }
             }
         }
-        if let Some(max) = lst.conn_limit {
-            if !self.conn_checked {
-                let (decision, depth) = rt.conn_table.acquire_probed(self.id, max);
-                c.conn_probe(depth);
-                match decision {
-                    ConnDecision::Admitted(g) => {
-                        self.conn_slot = Some(g);
-                        self.conn_checked = true;
-                    }
-                    ConnDecision::TableFull => {
-                        c.admission(li, Admission::ConnLimitFull);
-                        self.conn_checked = true;
-                    }
-                    ConnDecision::Limited if lst.conn_dry_run => {
-                        // Counted once per connection, as enforcing would refuse it once.
-                        c.dry_run(li, Control::ConnLimit);
-                        dry = dry.or(Some(Control::ConnLimit));
-                        self.conn_checked = true;
-                    }
-                    ConnDecision::Limited => {
-                        c.admission(li, Admission::ConnLimited);
-                        self.x().rec.decision = Decision::ConnLimited;
-                        // The two controls are independent: a request the
-                        // connection limit refuses spends no token.
-                        self.refund_token();
-                        self.refuse(503, None).await;
-                        return Next::Close;
-                    }
-                }
-            }
-        }
-        if let Some(waf) = &lst.waf {
-            let x = self.x.as_ref().expect("a request state is held");
-            let base = &x.cbuf[x.cstart..x.cend];
-            let req = &x.req;
-            let m = &waf.matcher;
-            // The authority of an absolute-form target becomes the Host the
-            // origin sees, so it is scanned like the Host field would be.
-            let hit = m.is_match(&req.canonical_path)
-                || req.query.is_some_and(|q| m.is_match(q.get(base)))
-                || req.authority.is_some_and(|a| m.is_match(a.get(base)))
-                || req.headers.iter().any(|h| m.is_match(h.value.get(base)));
-            if hit && waf.dry_run {
-                c.dry_run(li, Control::Waf);
-                dry = dry.or(Some(Control::Waf));
-            } else if hit {
-                c.admission(li, Admission::WafBlocked);
-                self.x().rec.decision = Decision::Waf;
-                self.refuse(waf.status, None).await;
-                return Next::Close;
-            }
-        }
         if let Some(d) = dry {
-            self.x().rec.decision = Decision::DryRun(d);
+            x.rec.decision = Decision::DryRun(d);
         }
-
+        let shard = self.shard.clone();
+        let lst = &shard.rt.listeners[self.li];
         let mut cluster = lst.cluster;
         let filtered = !lst.filters.is_empty();
         if filtered {
-            let ip = self.ip;
-            let x = self.x();
-            let base = &x.cbuf[x.cstart..x.cend];
-            match lst.filters.walk(&x.req, base, ip, &mut x.walk) {
+            let base = x.cl.bytes();
+            match lst.filters.walk(&x.req, base, self.ip, &mut x.walk) {
                 Verdict::Route => {
                     if let Some(cl) = x.walk.cluster {
                         cluster = cl;
                     }
                 }
-                Verdict::Answer(rule) => {
-                    // Keep the connection only when no body is left unread.
-                    let keep = x.req.keep_alive
-                        && matches!(x.req.body, BodyKind::None | BodyKind::Length(0))
-                        && !shard.draining.get();
-                    let status = lst.filters.write_terminal(
-                        rule,
-                        keep,
-                        x.req.version == Version::Http10,
-                        x.req.method == Method::Head,
-                        &mut x.out,
-                    );
-                    c.response(li, status);
-                    x.rec.decision = Decision::Filter(rule);
-                    x.rec.status = status;
-                    let x = self.x.as_mut().expect("a request state is held");
-                    crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
-                    if self.client.write_all(&x.out).await.is_err() || !keep {
-                        return Next::Close;
-                    }
-                    x.cstart += x.req.head_len;
-                    return Next::KeepAlive;
+                Verdict::Answer(rule) => return self.answer_by_filter(x, rule).await,
+            }
+        }
+        self.forward(x, cluster, filtered).await
+    }
+
+    /// The rate limit: takes a token from the request's bucket (kept in
+    /// `self.token` to be refunded), writes the RateLimit fields if asked.
+    fn check_rate(&mut self, x: &mut Exchange, t0: std::time::Instant) -> Gate {
+        let shard = self.shard.clone();
+        let rt = &shard.rt;
+        let lst = &rt.listeners[self.li];
+        let (c, li) = (&shard.counters, self.li);
+        let Some(p) = lst.rate_limit else {
+            return Gate::Pass;
+        };
+        let id = self.rate_id(x, lst.rate.key_header.as_deref());
+        let now = zgix_admission::monotonic_ns_at(t0);
+        let rc = if let Some(tag) = lst.rate.fleet {
+            rt.rate_table.check_fleet(id, p, now, rt.overflow, tag)
+        } else {
+            rt.rate_table.check_with(id, p, now, rt.overflow)
+        };
+        c.rate_probe(rc.depth);
+        if let Some(prefix) = &lst.rate.headers {
+            // An identity without a bucket of its own is told nothing about the
+            // shared one (other clients' spending): none left, a window away.
+            let (r, t) = if rc.overflowed {
+                (0, p.window_ms.div_ceil(1000).max(1))
+            } else {
+                (rc.remaining, rc.next_token_secs)
+            };
+            crate::http::ratelimit::write(&mut x.rate_fields, prefix, r, t);
+        }
+        if rc.overflowed {
+            c.admission(li, Admission::RateLimitFull);
+        }
+        match rc.decision {
+            RateDecision::Allowed => {
+                self.token = Some(Spent {
+                    id,
+                    params: p,
+                    shared: rc.overflowed,
+                    fleet: lst.rate.fleet.is_some(),
+                });
+                Gate::Pass
+            }
+            RateDecision::TableFull => Gate::Pass,
+            RateDecision::Limited { .. } if lst.rate.dry_run => {
+                c.dry_run(li, Control::RateLimit);
+                Gate::DryRun(Control::RateLimit)
+            }
+            RateDecision::Limited { retry_after_secs } => {
+                c.admission(li, Admission::RateLimited);
+                Gate::Refuse {
+                    status: 429,
+                    retry_after: Some(retry_after_secs),
+                    decision: Decision::RateLimited,
                 }
             }
         }
+    }
 
-        let _ = t0;
-        self.forward(cluster, filtered).await
+    /// The connection limit: checked once per connection, at its first
+    /// request; the slot is held until the connection ends.
+    fn check_conn(&mut self) -> Gate {
+        let shard = self.shard.clone();
+        let lst = &shard.rt.listeners[self.li];
+        let (c, li) = (&shard.counters, self.li);
+        let Some(max) = lst.conn_limit.filter(|_| !self.conn_checked) else {
+            return Gate::Pass;
+        };
+        let (decision, depth) = shard.rt.conn_table.acquire_probed(self.id, max);
+        c.conn_probe(depth);
+        match decision {
+            ConnDecision::Admitted(g) => {
+                self.conn_slot = Some(g);
+                self.conn_checked = true;
+                Gate::Pass
+            }
+            ConnDecision::TableFull => {
+                c.admission(li, Admission::ConnLimitFull);
+                self.conn_checked = true;
+                Gate::Pass
+            }
+            ConnDecision::Limited if lst.conn_dry_run => {
+                // Counted once per connection, as enforcing would refuse it once.
+                c.dry_run(li, Control::ConnLimit);
+                self.conn_checked = true;
+                Gate::DryRun(Control::ConnLimit)
+            }
+            ConnDecision::Limited => {
+                c.admission(li, Admission::ConnLimited);
+                // The two controls are independent: a request the
+                // connection limit refuses spends no token.
+                self.refund_token();
+                Gate::Refuse {
+                    status: 503,
+                    retry_after: None,
+                    decision: Decision::ConnLimited,
+                }
+            }
+        }
+    }
+
+    /// The WAF-lite denylist over the path, query, authority and field values.
+    fn check_waf(&self, x: &Exchange) -> Gate {
+        let lst = &self.shard.rt.listeners[self.li];
+        let (c, li) = (&self.shard.counters, self.li);
+        let Some(waf) = &lst.waf else {
+            return Gate::Pass;
+        };
+        let base = x.cl.bytes();
+        let req = &x.req;
+        let m = &waf.matcher;
+        // The authority of an absolute-form target becomes the Host the
+        // origin sees, so it is scanned like the Host field would be.
+        let hit = m.is_match(&req.canonical_path)
+            || req.query.is_some_and(|q| m.is_match(q.get(base)))
+            || req.authority.is_some_and(|a| m.is_match(a.get(base)))
+            || req.headers.iter().any(|h| m.is_match(h.value.get(base)));
+        if !hit {
+            Gate::Pass
+        } else if waf.dry_run {
+            c.dry_run(li, Control::Waf);
+            Gate::DryRun(Control::Waf)
+        } else {
+            c.admission(li, Admission::WafBlocked);
+            Gate::Refuse {
+                status: waf.status,
+                retry_after: None,
+                decision: Decision::Waf,
+            }
+        }
+    }
+
+    /// A request filter answered the request itself (rule `rule`).
+    async fn answer_by_filter(&mut self, x: &mut Exchange, rule: u16) -> Next {
+        let shard = self.shard.clone();
+        let filters = &shard.rt.listeners[self.li].filters;
+        // Keep the connection only when no body is left unread.
+        let keep = x.req.keep_alive
+            && matches!(x.req.body, BodyKind::None | BodyKind::Length(0))
+            && !shard.draining.get();
+        let status = filters.write_terminal(
+            rule,
+            keep,
+            x.req.version == Version::Http10,
+            x.req.method == Method::Head,
+            &mut x.out,
+        );
+        shard.counters.response(self.li, status);
+        x.rec.decision = Decision::Filter(rule);
+        x.rec.status = status;
+        crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
+        if self.client.write_all(&x.out).await.is_err() || !keep {
+            return Next::Close;
+        }
+        x.cl.consume(x.req.head_len);
+        Next::KeepAlive
     }
 
     /// Starts the access-log record of the request whose head just parsed,
     /// copying what the log needs of the head (the buffer is reused for the body).
-    fn begin_record(&mut self) {
+    fn begin_record(&mut self, x: &mut Exchange) {
         let (li, ip, peer, rx) = (self.li, self.ip, self.peer, self.client.bytes_read());
         let tx = self.client.bytes_written();
         let tls = self.client.log_facts().0;
-        let x = self.x();
-        let base = &x.cbuf[x.cstart..x.cend];
+        let base = x.cl.bytes();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.version = Some(x.req.version);
@@ -223,23 +288,22 @@ impl Conn {
         if let Some(q) = x.req.query {
             x.rec_query.extend_from_slice(q.get(base));
         }
-        x.rec_rx0 = rx - (x.cend - x.cstart) as u64;
+        x.rec_rx0 = rx - x.cl.pending() as u64;
         x.rec_tx0 = tx;
     }
 
     /// Counts the request's duration under its decision and writes its
     /// access-log line. `base` is gone by now: the record carries its copies.
-    pub(super) fn end_record(&mut self, t0: std::time::Instant) {
+    pub(super) fn end_record(&mut self, x: &mut Exchange, t0: std::time::Instant) {
         let shard = self.shard.clone();
         let (rx, tx) = (self.client.bytes_read(), self.client.bytes_written());
         let li = self.li;
-        let Some(x) = self.x.as_mut() else { return };
         x.rec.duration_us = shard.driver.now().saturating_duration_since(t0).as_micros() as u64;
         // Bytes of this request: what was read since its head began, minus
         // what is left for the next one.
         x.rec.bytes_in = rx
             .saturating_sub(x.rec_rx0)
-            .saturating_sub((x.cend - x.cstart) as u64);
+            .saturating_sub(x.cl.pending() as u64);
         x.rec.bytes_out = tx - x.rec_tx0;
         shard
             .counters
@@ -257,18 +321,17 @@ impl Conn {
 
     /// Logs a request refused before it parsed (400-class, 408): no method,
     /// path or query to show.
-    pub(super) fn record_unparsed(&mut self, decision: Decision, tx0: u64) {
+    pub(super) fn record_unparsed(&mut self, x: &mut Exchange, decision: Decision, tx0: u64) {
         let shard = self.shard.clone();
         let (li, ip, peer) = (self.li, self.ip, self.peer);
         let tx = self.client.bytes_written();
-        let Some(x) = self.x.as_mut() else { return };
         let status = x.rec.status;
         let (tls, sni) = self.client.log_facts();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.status = status;
         x.rec.decision = decision;
-        x.rec.bytes_in = (x.cend - x.cstart) as u64;
+        x.rec.bytes_in = x.cl.pending() as u64;
         x.rec.bytes_out = tx - tx0;
         shard.counters.request_done(li, decision, 1);
         if let Some(log) = &shard.access_log {

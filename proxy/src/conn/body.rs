@@ -11,21 +11,52 @@ use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
+use std::cell::Cell;
+
 use super::client::ClientConn;
 use super::shard::Shard;
+use super::state::ClientBytes;
 use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
 use crate::io::{Buf, Sock};
 use crate::observe::decision::UpstreamError;
 
+/// Whether any byte of the current final (or 101) response reached the
+/// client; relayed interim 1xx answers do not count. Set only by
+/// [`send_final`], the one way [`Download`] writes an answer.
+#[derive(Default)]
+pub(super) struct Sent(Cell<bool>);
+
+impl Sent {
+    pub(super) fn get(&self) -> bool {
+        self.0.get()
+    }
+}
+
+/// Whether the request body is all read (the response head reads it: else
+/// the client connection closes after the answer). Set only when
+/// [`Upload::run`] ends.
+pub(super) struct BodyRead(Cell<bool>);
+
+impl BodyRead {
+    /// `done`: there is no body to read.
+    pub(super) fn new(done: bool) -> BodyRead {
+        BodyRead(Cell::new(done))
+    }
+
+    pub(super) fn get(&self) -> bool {
+        self.0.get()
+    }
+}
+
 /// The request-body half of an exchange.
 pub(super) struct Upload<'a> {
     pub client: &'a ClientConn,
     pub up: &'a Sock,
-    pub cbuf: &'a mut Buf,
-    pub cstart: &'a mut usize,
-    pub cend: &'a mut usize,
+    /// The client's bytes, the head already consumed: the body starts here,
+    /// and a pipelined request may follow it.
+    pub cl: &'a mut ClientBytes,
     pub chunked: &'a mut ChunkedDecoder,
     /// The chunked body re-encoded without extensions or trailers.
     pub rechunked: &'a mut Vec<u8>,
@@ -34,39 +65,38 @@ pub(super) struct Upload<'a> {
     pub done: u64,
     pub shard: &'a Shard,
     /// Set once the whole body went up (the response head reads it).
-    pub finished: &'a std::cell::Cell<bool>,
+    pub finished: &'a BodyRead,
 }
 
 impl Upload<'_> {
-    /// Streams the body from the client to the upstream, leaving `cstart`
-    /// at the first byte after it (a pipelined request may follow).
+    /// Streams the body from the client to the upstream, leaving the client
+    /// bytes at the first byte after it (a pipelined request may follow).
     pub async fn run(self) -> Result<(), Fail> {
         let body_timeout = self.shard.rt.timeouts.client_body;
         self.client.set_read_timeout(Some(body_timeout));
-        let cbuf = self.cbuf;
-        let mut pos = *self.cstart;
-        let mut cend = *self.cend;
+        let cl = self.cl;
         let r = async {
             match self.body {
                 BodyKind::None => {}
                 BodyKind::Length(n) => {
                     let mut remaining = n - self.done;
-                    pos += self.done as usize;
+                    cl.consume(self.done as usize);
                     loop {
-                        let take = ((cend - pos) as u64).min(remaining) as usize;
+                        let take = (cl.pending() as u64).min(remaining) as usize;
                         if take > 0 {
                             self.up
-                                .write_all(&cbuf[pos..pos + take])
+                                .write_all(&cl.bytes()[..take])
                                 .await
                                 .map_err(|e| upstream_io(&e))?;
-                            pos += take;
+                            cl.consume(take);
                             remaining -= take as u64;
                         }
                         if remaining == 0 {
                             break;
                         }
-                        pos = 0;
-                        cend = read_client(self.client, &mut cbuf[..]).await?;
+                        cl.clear();
+                        let n = read_client(self.client, cl.spare()).await?;
+                        cl.filled(n);
                     }
                 }
                 BodyKind::Chunked => {
@@ -75,16 +105,15 @@ impl Upload<'_> {
                     // without trailers): no extension parser of the origin's
                     // can disagree with zgix's.
                     *self.chunked = ChunkedDecoder::new(self.shard.rt.request_limits.max_body);
-                    let want = cbuf.len() + zgix_parser::RECHUNK_SLACK;
+                    let want = cl.capacity() + zgix_parser::RECHUNK_SLACK;
                     if self.rechunked.capacity() < want {
                         self.rechunked.reserve_exact(want);
                     }
                     loop {
                         self.rechunked.clear();
-                        let r =
-                            zgix_parser::rechunk(self.chunked, &cbuf[pos..cend], self.rechunked)
-                                .map_err(Fail::ClientBad)?;
-                        pos += r.consumed;
+                        let r = zgix_parser::rechunk(self.chunked, cl.bytes(), self.rechunked)
+                            .map_err(Fail::ClientBad)?;
+                        cl.consume(r.consumed);
                         if !self.rechunked.is_empty() {
                             self.up
                                 .write_all(self.rechunked)
@@ -94,23 +123,19 @@ impl Upload<'_> {
                         if r.done {
                             break;
                         }
-                        let rest = cend - pos;
-                        cbuf.copy_within(pos..cend, 0);
-                        pos = 0;
-                        cend = rest;
-                        if cend == cbuf.len() {
+                        cl.compact();
+                        if cl.is_full() {
                             return Err(Fail::ClientBad(ParseError::BadChunk));
                         }
-                        cend += read_client(self.client, &mut cbuf[cend..]).await?;
+                        let n = read_client(self.client, cl.spare()).await?;
+                        cl.filled(n);
                     }
                 }
             }
             Ok(())
         }
         .await;
-        *self.cstart = pos;
-        *self.cend = cend;
-        self.finished.set(r.is_ok());
+        self.finished.0.set(r.is_ok());
         r
     }
 }
@@ -150,10 +175,10 @@ pub(super) struct Download<'a> {
     pub upgrade: bool,
     /// Whether any byte of a final (or 101) response reached the client;
     /// relayed interim 1xx answers do not count.
-    pub sent: &'a mut bool,
+    pub sent: &'a Sent,
     /// Whether the request body is all read (else the client connection
     /// closes after this answer, and the head says so).
-    pub body_read: &'a std::cell::Cell<bool>,
+    pub body_read: &'a BodyRead,
     /// zgix's Via name, or `None` when turned off.
     pub via: Option<&'a [u8]>,
     /// When the final (or 101) response head was parsed.
@@ -273,11 +298,7 @@ impl Download<'_> {
         );
         *self.ustart += self.resp.head_len;
         self.shard.counters.response(self.li, 101);
-        *self.sent = true;
-        self.client
-            .write_all(self.out)
-            .await
-            .map_err(|_| Fail::ClientGone)
+        send_final(self.client, self.sent, self.out).await
     }
 
     /// Writes the response head and streams the body to the client.
@@ -446,21 +467,20 @@ impl Download<'_> {
     }
 
     async fn write_out(&mut self) -> Result<(), Fail> {
-        *self.sent = true;
-        self.client
-            .write_all(self.out)
-            .await
-            .map_err(|_| Fail::ClientGone)
+        send_final(self.client, self.sent, self.out).await
     }
 
     async fn write_client_u(&mut self, a: usize, b: usize) -> Result<(), Fail> {
         if a == b {
             return Ok(());
         }
-        *self.sent = true;
-        self.client
-            .write_all(&self.ubuf[a..b])
-            .await
-            .map_err(|_| Fail::ClientGone)
+        send_final(self.client, self.sent, &self.ubuf[a..b]).await
     }
+}
+
+/// Writes bytes of the final (or 101) answer to the client: the one writer
+/// of [`Sent`].
+async fn send_final(client: &ClientConn, sent: &Sent, bytes: &[u8]) -> Result<(), Fail> {
+    sent.0.set(true);
+    client.write_all(bytes).await.map_err(|_| Fail::ClientGone)
 }

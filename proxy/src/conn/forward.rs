@@ -7,8 +7,8 @@ use std::task::Poll;
 
 use zgix_parser::{BodyKind, HeaderKind, RequestHead};
 
-use super::body::{Download, ResponseEnd, Upload};
-use super::{is_timeout, Conn, Fail, Next};
+use super::body::{BodyRead, Download, ResponseEnd, Sent, Upload};
+use super::{is_timeout, Conn, Exchange, Fail, Next};
 use crate::http::respond::status_for;
 use crate::http::wire;
 use crate::io::Sock;
@@ -51,22 +51,34 @@ pub(super) fn append_fields(out: &mut Vec<u8>, fields: &[&[u8]]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// An attempt that failed: why, whether its upstream connection came from
+/// the pool, and whether any byte of a final answer reached the client
+/// (then it cannot be answered 502/504 any more, only closed).
+struct Failed {
+    fail: Fail,
+    reused: bool,
+    sent: bool,
+}
+
 impl Conn {
     /// Proxies the parsed request to an endpoint of the cluster and streams
     /// the answer back, trying another endpoint when one fails before it
     /// answered (see [`Conn::attempt`]).
-    pub(super) async fn forward(&mut self, cluster_ix: usize, filtered: bool) -> Next {
+    pub(super) async fn forward(
+        &mut self,
+        x: &mut Exchange,
+        cluster_ix: usize,
+        filtered: bool,
+    ) -> Next {
         let shard = self.shard.clone();
         let rt = &shard.rt;
-        self.sent = false;
-        let x = self.x();
-        let base = &x.cbuf[x.cstart..x.cend];
+        let base = x.cl.bytes();
         let upgrade = upgrade_request(&x.req, base).is_some();
         let has_body = !matches!(x.req.body, BodyKind::None | BodyKind::Length(0));
         // RFC 9110 §9.2.2: an idempotent request without a body can be sent
         // again; one whose body started streaming never is.
         let retryable = x.req.method.is_idempotent() && !has_body && !upgrade;
-        let head_at = x.cstart;
+        let head_at = x.cl.mark();
         let retries = rt.up.clusters[cluster_ix].retries;
         let mut tried = lb::Tried::default();
         let mut attempt = 0u32;
@@ -80,31 +92,40 @@ impl Conn {
                 health::now_ms(),
             );
             let ep = picked.ep;
-            self.x().rec.upstream = Some(ep);
+            x.rec.upstream = Some(ep);
             // A pooled connection that fails before answering was most likely
             // closed by the origin while idle: dial once more, same endpoint,
             // whatever `retries` says, and do not hold it against the endpoint.
             let mut fresh = false;
             let failure = loop {
-                self.x().cstart = head_at;
+                // The head again (an attempt consumes it).
+                x.cl.rewind(head_at);
                 match self
-                    .attempt(ep, cluster_ix, filtered, upgrade, retryable, fresh)
+                    .attempt(x, ep, cluster_ix, filtered, upgrade, retryable, fresh)
                     .await
                 {
                     Ok(next) => return next,
-                    Err((Fail::UpstreamEarly(kind), true)) if retryable && !fresh => {
+                    Err(Failed {
+                        fail: Fail::UpstreamEarly(kind),
+                        reused: true,
+                        ..
+                    }) if retryable && !fresh => {
                         crate::log_debug!(
                             "upstream",
                             "pooled upstream failed early ({kind:?}), dialing again"
                         );
                         shard.up.retry(RetryReason::Reset);
-                        self.x().rec.retries += 1;
+                        x.rec.retries += 1;
                         fresh = true;
                     }
-                    Err((f, reused)) => break (f, reused),
+                    Err(f) => break f,
                 };
             };
-            let (f, reused) = failure;
+            let Failed {
+                fail: f,
+                reused,
+                sent,
+            } = failure;
             let kind = match f {
                 Fail::Upstream(k) | Fail::UpstreamEarly(k) => Some(k),
                 _ => None,
@@ -132,38 +153,43 @@ impl Conn {
                     _ => false,
                 };
             if !again {
-                return self.failed(f, cluster_ix).await;
+                return self.failed(x, f, cluster_ix, sent).await;
             }
             attempt += 1;
-            self.x().rec.retries += 1;
+            x.rec.retries += 1;
         }
     }
 
     /// One try on endpoint `ep`: connect (or reuse), exchange, keep or drop
     /// the connections. `Err` carries the failure and whether the upstream
     /// connection came from the pool.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &mut self,
+        x: &mut Exchange,
         ep: usize,
         cluster_ix: usize,
         filtered: bool,
         upgrade: bool,
         retryable: bool,
         fresh: bool,
-    ) -> Result<Next, (Fail, bool)> {
+    ) -> Result<Next, Failed> {
         let shard = self.shard.clone();
         let rt = &shard.rt;
-        let coalesced = self.write_upstream_head(ep, filtered, upgrade);
+        let coalesced = self.write_upstream_head(x, ep, filtered, upgrade);
         let (up, reused) = self
             .acquire_upstream(ep, !retryable, fresh)
             .await
-            .map_err(|k| (Fail::Upstream(k), false))?;
+            .map_err(|k| Failed {
+                fail: Fail::Upstream(k),
+                reused: false,
+                sent: false,
+            })?;
         let (end, body_done, ttfb) = self
-            .exchange(&up, reused, coalesced, filtered, upgrade)
+            .exchange(x, &up, reused, coalesced, filtered, upgrade)
             .await
-            .map_err(|f| (f, reused))?;
+            .map_err(|(fail, sent)| Failed { fail, reused, sent })?;
         let li = self.li;
-        let x = self.x();
         let status = x.resp.status;
         if let Some(us) = ttfb {
             shard.up.endpoints[ep].ttfb(us);
@@ -180,7 +206,7 @@ impl Conn {
             x.rec.decision = Decision::Forwarded;
         }
         if end.tunnel {
-            return Ok(self.tunnel(up).await);
+            return Ok(self.tunnel(x, up).await);
         }
         shard.counters.response(li, status);
         if end.upstream_reusable && x.resp.keep_alive && body_done {
@@ -196,15 +222,20 @@ impl Conn {
     /// Writes the request head for endpoint `ep` into `out` (the Host of an
     /// HTTP/1.0 request without one is the endpoint's address), with a whole
     /// small body already read appended. Returns the body bytes appended.
-    fn write_upstream_head(&mut self, ep: usize, filtered: bool, upgrade: bool) -> u64 {
+    fn write_upstream_head(
+        &mut self,
+        x: &mut Exchange,
+        ep: usize,
+        filtered: bool,
+        upgrade: bool,
+    ) -> u64 {
         let shard = self.shard.clone();
         let rt = &shard.rt;
         let filters = &rt.listeners[self.li].filters;
         let on_tls = rt.listeners[self.li].tls.is_some();
         // Formatted per request, not kept: an idle connection is smaller so.
         let ip_text = wire::IpText::new(self.ip);
-        let x = self.x();
-        let base = &x.cbuf[x.cstart..x.cend];
+        let base = x.cl.bytes();
         let edits = filtered.then_some((filters, &x.walk));
         let stamp = wire::Stamp {
             via: rt.config.via.name().map(str::as_bytes),
@@ -228,12 +259,11 @@ impl Conn {
                 );
             }
         }
-        let body_at = x.cstart + x.req.head_len;
-        let buffered = x.cend - body_at;
+        let buffered = &x.cl.bytes()[x.req.head_len..];
         if let BodyKind::Length(n) = x.req.body {
             let n = n as usize;
-            if n > 0 && n <= buffered && x.out.len() + n <= x.out.capacity() {
-                x.out.extend_from_slice(&x.cbuf[body_at..body_at + n]);
+            if n > 0 && n <= buffered.len() && x.out.len() + n <= x.out.capacity() {
+                x.out.extend_from_slice(&buffered[..n]);
                 return n as u64;
             }
         }
@@ -276,19 +306,18 @@ impl Conn {
     /// all read (if not, the client connection must close after the answer).
     async fn exchange(
         &mut self,
+        x: &mut Exchange,
         up: &Sock,
         reused: bool,
         coalesced: u64,
         filtered: bool,
         upgrade: bool,
-    ) -> Result<(ResponseEnd, bool, Option<u64>), Fail> {
+    ) -> Result<(ResponseEnd, bool, Option<u64>), (Fail, bool)> {
         let shard = self.shard.clone();
         let t = &shard.rt.timeouts;
         up.set_write_timeout(Some(t.upstream_idle));
         let li = self.li;
         let client = &self.client;
-        let sent = &mut self.sent;
-        let x = self.x.as_mut().expect("a request state is held");
         let early = |e: &io::Error| {
             if is_timeout(e) {
                 Fail::Upstream(UpstreamError::IdleTimeout)
@@ -298,26 +327,24 @@ impl Conn {
                 Fail::Upstream(UpstreamError::Reset)
             }
         };
-        up.write_all(&x.out).await.map_err(|e| early(&e))?;
+        up.write_all(&x.out).await.map_err(|e| (early(&e), false))?;
         let sent_at = shard.driver.now();
         let head_seen = std::cell::Cell::new(None);
         let body = x.req.body;
         let has_body = !matches!(body, BodyKind::None | BodyKind::Length(0))
             && !matches!(body, BodyKind::Length(n) if n == coalesced);
-        let x = &mut **x;
-        x.cstart += x.req.head_len;
+        x.cl.consume(x.req.head_len);
         if !has_body {
             if let BodyKind::Length(n) = body {
-                x.cstart += n as usize;
+                x.cl.consume(n as usize);
             }
         }
-        let finished = std::cell::Cell::new(!has_body);
+        let finished = BodyRead::new(!has_body);
+        let sent = Sent::default();
         let upload = Upload {
             client,
             up,
-            cbuf: &mut x.cbuf,
-            cstart: &mut x.cstart,
-            cend: &mut x.cend,
+            cl: &mut x.cl,
             chunked: &mut x.req_chunked,
             rechunked: &mut x.body_out,
             body,
@@ -340,7 +367,7 @@ impl Conn {
             walk: &x.walk,
             filtered,
             upgrade,
-            sent,
+            sent: &sent,
             body_read: &finished,
             via: shard.rt.config.via.name().map(str::as_bytes),
             head_seen: &head_seen,
@@ -362,7 +389,8 @@ impl Conn {
             }
             down_fut.as_mut().poll(cx)
         })
-        .await?;
+        .await
+        .map_err(|f| (f, sent.get()))?;
         let ttfb = head_seen
             .get()
             .map(|t| t.saturating_duration_since(sent_at).as_micros() as u64);
@@ -370,12 +398,19 @@ impl Conn {
     }
 
     /// Ends a failed exchange: an answer if the client has seen nothing yet, else a close.
-    pub(super) async fn failed(&mut self, f: Fail, cluster_ix: usize) -> Next {
+    /// `sent`: bytes of a final answer reached the client already.
+    pub(super) async fn failed(
+        &mut self,
+        x: &mut Exchange,
+        f: Fail,
+        cluster_ix: usize,
+        sent: bool,
+    ) -> Next {
         let shard = self.shard.clone();
         let status = match f {
             Fail::UpstreamEarly(kind) | Fail::Upstream(kind) => {
                 shard.counters.cluster_upstream_error(cluster_ix, kind);
-                self.x().rec.decision = Decision::UpstreamError(kind);
+                x.rec.decision = Decision::UpstreamError(kind);
                 crate::log_debug!("upstream", "upstream error: {}", kind.label());
                 match kind {
                     UpstreamError::ConnectTimeout
@@ -386,22 +421,21 @@ impl Conn {
             }
             Fail::ClientGone => {
                 // nginx's 499: the client closed before its answer was done.
-                let x = self.x();
                 if x.rec.status == 0 {
                     x.rec.status = 499;
                 }
                 return Next::Close;
             }
             Fail::ClientBad(e) => {
-                self.x().rec.decision = Decision::BadRequest(e);
+                x.rec.decision = Decision::BadRequest(e);
                 if e == zgix_parser::ParseError::BodyTooLarge {
                     self.refund_token();
                 }
                 status_for(e)
             }
         };
-        if !self.sent {
-            self.refuse(status, None).await;
+        if !sent {
+            self.refuse(x, status, None).await;
         }
         Next::Close
     }

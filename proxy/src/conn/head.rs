@@ -8,19 +8,21 @@ use zgix_admission::ClientId;
 use zgix_parser::proxy_protocol::{parse_proxy_header, ProxyStatus};
 use zgix_parser::{ParseError, Status};
 
+use super::state::{Held, State};
 use super::{client_ip, is_timeout, shard, Conn};
 use crate::observe::metrics::ConnRefusal;
 
 /// How a head read ended.
 pub(super) enum HeadRead {
-    Ready,
-    /// Clean end: EOF or drain between requests, or idle timeout.
+    /// A whole head is parsed, in this exchange.
+    Ready(Held),
+    /// The connection ends without an answer: EOF or an error inside a
+    /// head, nothing of the first head in time, no request state.
     Closed,
-    /// A reload made a newer configuration while the connection idled: it
-    /// now belongs to that generation; read the head again there.
-    Moved,
-    TimedOut,
-    Bad(ParseError),
+    /// The head did not come in time; the exchange its first bytes are in
+    /// (answered 408 if there are some).
+    TimedOut(Held),
+    Bad(ParseError, Held),
 }
 
 /// Where the end of a head may be, found by scanning each new byte once.
@@ -111,24 +113,25 @@ impl HeadScan {
 impl Conn {
     /// Reads the PROXY protocol header (v1 or v2) within its deadline and makes
     /// its source the client identity. LOCAL/UNKNOWN keep the peer address.
+    /// Returns the exchange holding the bytes after the header.
     /// `Err(None)`: no request state could be made (answered 503).
-    pub(super) async fn read_proxy_header(&mut self) -> Result<(), Option<ConnRefusal>> {
+    pub(super) async fn read_proxy_header(&mut self) -> Result<Held, Option<ConnRefusal>> {
         let shard = self.shard.clone();
         let deadline = shard.driver.now() + shard.rt.timeouts.proxy_protocol;
-        if !self.hold_state().await {
+        let Some(mut x) = self.take_state().await else {
             return Err(None);
-        }
+        };
         loop {
-            let x = self.x.as_mut().expect("taken above");
-            if x.cend > 0 {
-                match parse_proxy_header(&x.cbuf[..x.cend]) {
+            if x.cl.pending() > 0 {
+                match parse_proxy_header(x.cl.bytes()) {
                     Ok(ProxyStatus::Complete(h)) => {
-                        x.cstart = h.consumed;
-                        if let Some(src) = h.source {
+                        let (consumed, source) = (h.consumed, h.source);
+                        x.cl.consume(consumed);
+                        if let Some(src) = source {
                             self.ip = client_ip(src.ip());
                             self.id = ClientId::from_ip(self.ip);
                         }
-                        return Ok(());
+                        return Ok(x);
                     }
                     Ok(ProxyStatus::Partial) => {}
                     Err(e) => {
@@ -142,131 +145,154 @@ impl Conn {
                 return Err(Some(ConnRefusal::ProxyHeaderTimeout));
             }
             self.client.set_read_timeout(Some(left));
-            let at = x.cend;
-            match self.client.read(&mut x.cbuf[at..]).await {
+            match self.client.read(x.cl.spare()).await {
                 Ok(0) => return Err(Some(ConnRefusal::ProxyHeaderInvalid)),
-                Ok(n) => x.cend += n,
+                Ok(n) => x.cl.filled(n),
                 Err(e) if is_timeout(&e) => return Err(Some(ConnRefusal::ProxyHeaderTimeout)),
                 Err(_) => return Err(Some(ConnRefusal::ProxyHeaderInvalid)),
             }
         }
     }
 
-    /// Reads until a whole request head is in `cbuf[cstart..]`.
+    /// Reads until a whole request head is in the exchange's client bytes.
     ///
-    /// Between requests the wait is the keep-alive idle timeout and a drain ends
-    /// it, and no buffer is held until a byte arrives; once the first byte of a
-    /// head (or the connection, for the first request) has arrived, the whole
-    /// head must come within the header timeout.
-    pub(super) async fn read_head(&mut self, first: bool) -> HeadRead {
+    /// From [`State::Idle`] no buffer is held until a byte arrives. For the
+    /// first request the wait is part of the head read: the whole head must
+    /// come within the header timeout of the connection's start. Between
+    /// requests the caller waited already ([`Conn::wait_between_requests`]:
+    /// the keep-alive idle timeout, ended by a drain, moved by a reload),
+    /// and once the first byte of a head has arrived the whole head must
+    /// come within the header timeout.
+    pub(super) async fn read_head(&mut self, first: bool, state: State) -> HeadRead {
+        let mut deadline =
+            first.then(|| self.shard.driver.now() + self.shard.rt.timeouts.client_header);
+        let mut held = match state {
+            State::Busy(mut x) => {
+                x.scan = HeadScan::default();
+                x
+            }
+            State::Idle => {
+                if let Some(d) = deadline {
+                    if !self.wait_first_bytes(d).await {
+                        // Nothing of a head came: nothing to answer.
+                        return HeadRead::Closed;
+                    }
+                }
+                match self.take_state().await {
+                    Some(x) => x,
+                    None => return HeadRead::Closed,
+                }
+            }
+        };
+        // The generation the head is read on (the wait may have moved it).
         let shard = self.shard.clone();
         let t = &shard.rt.timeouts;
         let l = &shard.rt.config.limits;
-        let mut deadline = first.then(|| shard.driver.now() + t.client_header);
-        if let Some(x) = self.x.as_mut() {
-            x.scan = HeadScan::default();
-        }
         loop {
-            if let Some(x) = self.x.as_mut() {
-                if x.cend > x.cstart {
-                    let head = &x.cbuf[x.cstart..x.cend];
-                    match x.scan.feed(head, l.max_request_line, l.max_header_bytes) {
-                        Scan::Candidate => match shard.req_parser.parse(head, &mut x.req) {
-                            Ok(Status::Complete(())) => return HeadRead::Ready,
-                            Ok(Status::Partial) => continue,
-                            Err(e) => return HeadRead::Bad(e),
-                        },
-                        Scan::Refuse(e) => return HeadRead::Bad(e),
-                        Scan::More => {}
-                    }
-                    if deadline.is_none() {
-                        deadline = Some(shard.driver.now() + t.client_header);
-                    }
-                } else {
-                    x.cstart = 0;
-                    x.cend = 0;
+            let x: &mut super::Exchange = &mut held;
+            if x.cl.pending() > 0 {
+                match x
+                    .scan
+                    .feed(x.cl.bytes(), l.max_request_line, l.max_header_bytes)
+                {
+                    Scan::Candidate => match shard.req_parser.parse(x.cl.bytes(), &mut x.req) {
+                        Ok(Status::Complete(())) => return HeadRead::Ready(held),
+                        Ok(Status::Partial) => continue,
+                        Err(e) => return HeadRead::Bad(e, held),
+                    },
+                    Scan::Refuse(e) => return HeadRead::Bad(e, held),
+                    Scan::More => {}
                 }
-                if x.cstart > 0 {
-                    x.cbuf.copy_within(x.cstart..x.cend, 0);
-                    x.cend -= x.cstart;
-                    x.cstart = 0;
+                if deadline.is_none() {
+                    deadline = Some(shard.driver.now() + t.client_header);
                 }
-                if x.cend == x.cbuf.len() {
-                    return HeadRead::Bad(ParseError::HeadersTooLarge);
-                }
+            } else {
+                x.cl.clear();
             }
-            // Wait for bytes before holding a buffer for them.
-            if self.x.is_none() {
-                let r = match deadline {
-                    Some(d) => {
-                        let left = d.saturating_duration_since(shard.driver.now());
-                        if left.is_zero() {
-                            return HeadRead::TimedOut;
-                        }
-                        self.client.set_read_timeout(Some(left));
-                        self.client.readable().await
-                    }
-                    None => {
-                        if shard.draining.get() {
-                            return HeadRead::Closed;
-                        }
-                        self.client.set_read_timeout(Some(t.client_idle));
-                        let drained = async {
-                            let _ = shard.shutdown.acquire(1).await;
-                            Err(io::Error::new(io::ErrorKind::Interrupted, "draining"))
-                        };
-                        match or(self.client.readable(), drained).await {
-                            Err(_) => return HeadRead::Closed,
-                            ok => ok,
-                        }
-                    }
-                };
-                if r.is_ok() && !first {
-                    // Bytes of a new request: it starts on the newest config.
-                    match shard::follow(&mut self.shard, self.li) {
-                        shard::Follow::Stay => {}
-                        shard::Follow::Move(li) => {
-                            self.li = li;
-                            return HeadRead::Moved;
-                        }
-                        shard::Follow::Close => return HeadRead::Closed,
-                    }
-                }
-                match r {
-                    Ok(()) => {
-                        if !self.hold_state().await {
-                            return HeadRead::Closed;
-                        }
-                    }
-                    Err(e) if is_timeout(&e) && deadline.is_some() => return HeadRead::TimedOut,
-                    Err(_) => return HeadRead::Closed,
-                }
+            x.cl.compact();
+            if x.cl.is_full() {
+                return HeadRead::Bad(ParseError::HeadersTooLarge, held);
             }
-            let x = self.x.as_mut().expect("taken above");
-            let at = x.cend;
             let r = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(shard.driver.now());
                     if left.is_zero() {
-                        return HeadRead::TimedOut;
+                        return HeadRead::TimedOut(held);
                     }
                     self.client.set_read_timeout(Some(left));
-                    self.client.read_lean(&mut x.cbuf[at..]).await
+                    self.client.read_lean(x.cl.spare()).await
                 }
                 None => {
                     // A pipelined head's first bytes are here; the rest is
                     // read like any head.
                     self.client.set_read_timeout(Some(t.client_header));
-                    self.client.read_lean(&mut x.cbuf[at..]).await
+                    self.client.read_lean(x.cl.spare()).await
                 }
             };
             match r {
                 // EOF between requests is a clean close; inside a head there is
                 // nobody left to answer.
                 Ok(0) => return HeadRead::Closed,
-                Ok(n) => x.cend += n,
-                Err(e) if is_timeout(&e) && x.cend > x.cstart => return HeadRead::TimedOut,
+                Ok(n) => x.cl.filled(n),
+                Err(e) if is_timeout(&e) && x.has_pending() => return HeadRead::TimedOut(held),
                 Err(_) => return HeadRead::Closed,
+            }
+        }
+    }
+
+    /// Waits for the first request's first bytes until `deadline` (the
+    /// header timeout from the connection's start). `false`: closed or
+    /// timed out (nothing of a head came: nothing to answer).
+    async fn wait_first_bytes(&mut self, deadline: Instant) -> bool {
+        let left = deadline.saturating_duration_since(self.shard.driver.now());
+        if left.is_zero() {
+            return false;
+        }
+        self.client.set_read_timeout(Some(left));
+        self.client.readable().await.is_ok()
+    }
+
+    /// Waits between two requests for the next request's first bytes,
+    /// within the keep-alive idle timeout (one deadline for the whole
+    /// wait). A drain ends the wait. A reload closes the old generation's
+    /// `shutdown` ([`shard::Shard::retire`]): the idle connection then
+    /// follows to the newest generation at once and waits there, so it
+    /// does not keep the old one (its runtime, its pools) alive; bytes of a
+    /// new request follow the same way. `false`: the connection ends.
+    pub(super) async fn wait_between_requests(&mut self) -> bool {
+        let until = self.shard.driver.now() + self.shard.rt.timeouts.client_idle;
+        loop {
+            if self.shard.draining.get() {
+                return false;
+            }
+            let left = until.saturating_duration_since(self.shard.driver.now());
+            if left.is_zero() {
+                return false;
+            }
+            self.client.set_read_timeout(Some(left));
+            let woken = async {
+                let _ = self.shard.shutdown.acquire(1).await;
+                Err(io::Error::from(io::ErrorKind::Interrupted))
+            };
+            let bytes = match or(self.client.readable(), woken).await {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
+                Err(_) => return false,
+            };
+            if !bytes && self.shard.draining.get() {
+                return false;
+            }
+            // Bytes of a new request: it starts on the newest config.
+            match shard::follow(&mut self.shard, self.li) {
+                shard::Follow::Move(li) => self.li = li,
+                // Woken with no newer generation to go to: an idle close
+                // (RFC 9112 §9.5), never a spin on the closed semaphore.
+                shard::Follow::Stay if !bytes => return false,
+                shard::Follow::Stay => {}
+                shard::Follow::Close => return false,
+            }
+            if bytes {
+                return true;
             }
         }
     }

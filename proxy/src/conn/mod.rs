@@ -1,4 +1,4 @@
-//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection; [`shard`] is the shard state a connection runs on.
+//! One client connection: PROXY header, client filter, then the request loop. Each phase has its room: [`state`] is the request state as types, [`head`] reads and parses a head, [`admit`] runs the admission controls and filters, [`forward`] talks to the upstream, [`body`] streams bodies both ways, [`tunnel`] relays an upgraded connection; [`shard`] is the shard state a connection runs on.
 //!
 //! # The floor
 //!
@@ -7,18 +7,44 @@
 //! floor (`process/`: the shard's executor, generations, admin) hands each
 //! accepted connection its [`shard::Shard`] and is never imported here.
 //!
+//! # The request state
+//!
+//! Like hyper's `proto/h1/conn.rs`, a connection's phases are values
+//! ([`state`]): [`State::Idle`] between requests holds nothing;
+//! [`State::Busy`] holds a [`Held`] guard, which owns the pooled
+//! [`Exchange`] — the read and streaming buffers, the parsed heads, the
+//! chunked decoders, the access-log record — and gives it back to its
+//! shard's pool when it drops, on whatever path the request ends (a
+//! connection task dropped mid-request included). The state is not a field
+//! of [`Conn`]: it moves through [`Conn::run`]'s loop, into the head read
+//! and the request's slab block and back, and every function of a request
+//! is handed the `&mut Exchange` it works on, so none can find it missing.
+//! The client bytes are a [`state::ClientBytes`] window whose start and end
+//! only its own methods move; whether an answer's bytes reached the client
+//! (`body::Sent`) and whether the request body is all read
+//! (`body::BodyRead`) each have one writer.
+//!
 //! # Memory
 //!
 //! An idle connection (before its first byte, and between keep-alive
 //! requests) holds no buffer: only this small [`Conn`] and its socket. When
-//! bytes arrive it takes an [`Exchange`] — the read and streaming buffers,
-//! the parsed heads, the chunked decoders — from its shard's bounded pool,
+//! bytes arrive it takes an [`Exchange`] from its shard's bounded pool,
 //! and gives it back when the request is done and nothing pipelined is left
 //! (more than the pool holds are freed). Buffers are mapped pages
 //! ([`crate::io::Buf`]), resident only as far as bytes were written into
 //! them, so a small request costs a page or two whatever the configured
 //! sizes. A request state that cannot be made (a mapping failed) refuses
 //! that one connection with a 503 (`zgix_request_state_refused_total`).
+//!
+//! # Generations
+//!
+//! A connection runs on the generation ([`shard::Shard`]) of its current
+//! request. Idle between requests it holds no request state and follows a
+//! reload at once: the retired generation's `shutdown` wakes it and it moves
+//! to the newest ([`shard::follow`]), so an idle keep-alive client does not
+//! keep an old configuration alive (`zgix_generations_live` returns to 1).
+//! Before its first request a connection holds the accepting generation
+//! for at most the header timeout.
 
 mod admit;
 mod body;
@@ -28,6 +54,7 @@ pub mod handshake;
 mod head;
 pub mod shard;
 pub mod slab;
+mod state;
 #[cfg(test)]
 mod tls_tests;
 mod tunnel;
@@ -39,17 +66,18 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use zgix_admission::{ClientId, ConnGuard};
-use zgix_parser::{ChunkedDecoder, ParseError, RequestHead, ResponseHead};
+use zgix_parser::ParseError;
 
-use crate::http::filters::Walk;
 use crate::http::respond::{status_for, write_refusal};
-use crate::io::{Buf, Sock};
+use crate::io::Sock;
 use crate::observe::decision::UpstreamError;
 use crate::observe::metrics::ConnRefusal;
 use client::ClientConn;
 use shard::Shard;
+use state::{Held, State};
 
 pub use head::HeadScan;
+pub use state::{trim_memory, Exchange};
 
 /// What happens to the client connection after a request.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -72,173 +100,6 @@ enum Fail {
     ClientBad(ParseError),
 }
 
-/// The state one request needs, pooled per shard (see the module docs).
-pub struct Exchange {
-    /// Client bytes: the head being read, then body chunks.
-    cbuf: Buf,
-    cstart: usize,
-    cend: usize,
-    /// How far `cbuf[cstart..cend]` was scanned for the end of the head.
-    scan: HeadScan,
-    /// Upstream bytes: the response head, then body chunks.
-    ubuf: Buf,
-    ustart: usize,
-    uend: usize,
-    /// Heads as rewritten for the other side.
-    out: Vec<u8>,
-    req: RequestHead,
-    resp: ResponseHead,
-    req_chunked: ChunkedDecoder,
-    resp_chunked: ChunkedDecoder,
-    /// A chunked request body re-encoded for the origin (sized on first use).
-    body_out: Vec<u8>,
-    /// The access-log record of the current request, and what it needs of
-    /// the head once the buffer holds body bytes: the method, the query,
-    /// the client's byte counters when the head began.
-    rec: crate::observe::access_log::Record,
-    rec_method: Vec<u8>,
-    rec_query: Vec<u8>,
-    rec_has_query: bool,
-    rec_rx0: u64,
-    rec_tx0: u64,
-    walk: Walk,
-    /// The listener `walk` is sized for.
-    walk_li: usize,
-    /// This request's RateLimit-Policy and RateLimit fields (`"headers":
-    /// "draft-11"`), spliced into every head zgix writes for it; empty for none.
-    rate_fields: Vec<u8>,
-}
-
-/// A request state's buffer, or why its memory could not be mapped (the
-/// connection is then refused with 503, the shard goes on).
-fn state_buf(len: usize) -> std::io::Result<Buf> {
-    Buf::try_new(len)
-}
-
-impl Exchange {
-    /// A new request state, or the error of a buffer that could not be made.
-    fn new(shard: &Shard, li: usize) -> std::io::Result<Box<Exchange>> {
-        let rt = &shard.rt;
-        Ok(Box::new(Exchange {
-            cbuf: state_buf(rt.client_buffer_bytes())?,
-            cstart: 0,
-            cend: 0,
-            scan: HeadScan::default(),
-            ubuf: state_buf(rt.upstream_buffer_bytes())?,
-            ustart: 0,
-            uend: 0,
-            out: Vec::with_capacity(rt.out_buffer_bytes()),
-            req: RequestHead::new(&rt.request_limits),
-            resp: ResponseHead::new(rt.response_max_headers()),
-            req_chunked: ChunkedDecoder::new(u64::MAX),
-            resp_chunked: ChunkedDecoder::new(u64::MAX),
-            body_out: Vec::new(),
-            rec: crate::observe::access_log::Record::new(
-                li,
-                std::net::Ipv4Addr::UNSPECIFIED.into(),
-                ([0, 0, 0, 0], 0).into(),
-            ),
-            rec_method: Vec::with_capacity(16),
-            rec_query: Vec::new(),
-            rec_has_query: false,
-            rec_rx0: 0,
-            rec_tx0: 0,
-            walk: rt.listeners[li]
-                .filters
-                .new_walk(rt.config.limits.max_request_line),
-            walk_li: li,
-            rate_fields: Vec::with_capacity(crate::http::ratelimit::FIELDS_CAPACITY),
-        }))
-    }
-
-    /// Unhandled client bytes (a pipelined request) are left.
-    fn has_pending(&self) -> bool {
-        self.cend > self.cstart
-    }
-}
-
-/// Takes a request state from the shard's pool (or makes one; that fails
-/// when its buffers cannot be mapped).
-fn take_exchange(shard: &Shard, li: usize) -> std::io::Result<Box<Exchange>> {
-    let out = shard.exchanges_out.get() + 1;
-    shard.exchanges_out.set(out);
-    if out > shard.exchanges_peak.get() {
-        shard.exchanges_peak.set(out);
-    }
-    let pooled = shard.exchanges.borrow_mut().pop();
-    match pooled {
-        Some(mut x) => {
-            if x.walk_li != li {
-                // Walks are sized per listener's filters.
-                x.walk = shard.rt.listeners[li]
-                    .filters
-                    .new_walk(shard.rt.config.limits.max_request_line);
-                x.walk_li = li;
-            }
-            Ok(x)
-        }
-        None => Exchange::new(shard, li).inspect_err(|_| {
-            shard.exchanges_out.set(shard.exchanges_out.get() - 1);
-        }),
-    }
-}
-
-/// Gives a request state back to the pool, or frees it when the pool is full.
-fn put_exchange(shard: &Shard, mut x: Box<Exchange>) {
-    shard.exchanges_out.set(shard.exchanges_out.get() - 1);
-    let mut pool = shard.exchanges.borrow_mut();
-    if pool.len() < shard.rt.config.io.idle_exchanges {
-        x.cstart = 0;
-        x.cend = 0;
-        x.scan = HeadScan::default();
-        x.ustart = 0;
-        x.uend = 0;
-        x.out.clear();
-        pool.push(x);
-    } else {
-        FREED.with(|f| f.set(f.get() + 1));
-    }
-}
-
-/// Connections that must have closed since the last tick before the heap is
-/// trimmed for them: a few hundred connections' tasks are a MiB or so.
-const TRIM_AFTER_CLOSED: usize = 256;
-
-thread_local! {
-    /// Request states freed since the last trim (see [`trim_memory`]).
-    static FREED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// Once a second (the shard tick): keeps as many pooled request states as
-/// the last second's peak of requests in flight needs, frees the rest, and
-/// after a burst hands free heap pages back to the OS (`malloc_trim`: the
-/// parsed-head vectors live on the heap, and glibc keeps freed pages in the
-/// middle of it otherwise). A steady load so reuses its states (no mapping
-/// per request); after a burst, memory falls back within a second or two.
-pub fn trim_memory(shard: &Shard) {
-    // Connections that closed since the last trim freed their tasks and
-    // slots' worth of heap too.
-    let open = shard.open_connections.get();
-    let high = shard.connections_high.replace(open);
-    if high > open + TRIM_AFTER_CLOSED {
-        FREED.with(|f| f.set(f.get() + 1));
-    }
-    let out = shard.exchanges_out.get();
-    let spare = shard.exchanges_peak.replace(out).saturating_sub(out);
-    shard.request_futures.trim();
-    {
-        let mut pool = shard.exchanges.borrow_mut();
-        while pool.len() > spare {
-            pool.pop();
-            FREED.with(|f| f.set(f.get() + 1));
-        }
-    }
-    if FREED.with(|f| f.replace(0)) > 0 {
-        // SAFETY: malloc_trim only releases free memory of this process.
-        unsafe { libc::malloc_trim(0) };
-    }
-}
-
 /// Normalises a peer address: IPv4-mapped IPv6 is taken as IPv4.
 fn client_ip(ip: IpAddr) -> IpAddr {
     match ip {
@@ -250,7 +111,9 @@ fn client_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// A client connection: what it holds while idle.
+/// A client connection: what it holds while idle. The request state is
+/// not a field: it lives in [`Conn::run`]'s loop as a [`State`], and each
+/// function of a request is handed the [`Exchange`] it works on.
 pub struct Conn {
     shard: Rc<Shard>,
     li: usize,
@@ -264,11 +127,6 @@ pub struct Conn {
     /// the connection ends (dropping the `Conn` releases it).
     conn_slot: Option<ConnGuard>,
     conn_checked: bool,
-    /// Whether any byte of the current final response reached the client
-    /// (a relayed 1xx does not count: a final answer may still follow it).
-    sent: bool,
-    /// The current request's state; `None` while idle.
-    x: Option<Box<Exchange>>,
     /// The bucket and parameters when the current request took a token.
     token: Option<zgix_admission::Spent>,
 }
@@ -318,18 +176,9 @@ impl Conn {
             id: ClientId::from_ip(ip),
             conn_slot: None,
             conn_checked: false,
-            sent: false,
-            x: None,
             token: None,
             shard,
         }
-    }
-
-    /// The current request state (taken by `head` before anything uses it).
-    fn x(&mut self) -> &mut Exchange {
-        self.x
-            .as_mut()
-            .expect("a request state is held while a request is handled")
     }
 
     /// The connection's life. Its future is what an idle connection's task
@@ -337,23 +186,33 @@ impl Conn {
     /// inline: the phases a connection passes once or on a failure (the
     /// PROXY header, the TLS handshake, refusals, the lingering close) run
     /// boxed, and cost their memory only while they run.
+    ///
+    /// The request state moves on with each phase: [`State::Idle`] (none
+    /// held) or [`State::Busy`] (bytes buffered) into the head read, which
+    /// hands back the [`Held`] exchange of a parsed head; the request is
+    /// handled on it; then it goes back to the pool (the guard drops) unless
+    /// a pipelined request is already buffered in it.
     async fn run(&mut self) {
-        // The accepting generation is held for the prelude only (`open`
-        // drops its handle): a connection then runs on the generation of
-        // its current request.
-        if !Box::pin(self.open()).await {
+        // The accepting generation is held for the prelude only: a
+        // connection then runs on the generation of its current request.
+        let Some(mut state) = Box::pin(self.open()).await else {
             return;
-        }
+        };
         let mut first = true;
         loop {
-            match self.read_head(first).await {
-                head::HeadRead::Ready => {}
-                head::HeadRead::Moved => continue,
+            // Between requests, holding nothing: bytes, the idle timeout,
+            // a drain, or a reload that moves the connection on.
+            if !first && matches!(state, State::Idle) && !self.wait_between_requests().await {
+                return;
+            }
+            let x = match self.read_head(first, state).await {
+                head::HeadRead::Ready(x) => x,
                 head::HeadRead::Closed => return,
-                head::HeadRead::TimedOut => {
+                head::HeadRead::TimedOut(x) => {
                     // A head that started but did not finish in time: RFC 9110 §15.5.9.
-                    if self.x.as_ref().is_some_and(|x| x.has_pending()) {
+                    if x.has_pending() {
                         Box::pin(self.refuse_and_close(
+                            x,
                             408,
                             crate::observe::decision::Decision::ClientTimeout,
                         ))
@@ -361,106 +220,115 @@ impl Conn {
                     }
                     return;
                 }
-                head::HeadRead::Bad(e) => {
+                head::HeadRead::Bad(e, x) => {
                     Box::pin(self.refuse_and_close(
+                        x,
                         status_for(e),
                         crate::observe::decision::Decision::BadRequest(e),
                     ))
                     .await;
                     return;
                 }
-            }
+            };
             first = false;
             let shard = self.shard.clone();
-            let next = shard.request_futures.run(self.handle_request()).await;
+            let (next, x) = shard.request_futures.run(self.handle_request(x)).await;
             if next == Next::Close {
-                Box::pin(self.close_gracefully()).await;
+                Box::pin(self.close_gracefully(Some(x))).await;
                 return;
             }
-            // Idle between requests: give the request state back unless a
-            // pipelined request is already buffered.
-            if self.x.as_ref().is_some_and(|x| !x.has_pending()) {
-                if let Some(x) = self.x.take() {
-                    put_exchange(&shard, x);
-                }
-            }
+            state = if x.has_pending() {
+                State::Busy(x)
+            } else {
+                State::Idle
+            };
         }
     }
 
     /// What comes before the first head: the PROXY header, the client
-    /// filter, the TLS handshake. `false`: the connection ends.
-    async fn open(&mut self) -> bool {
+    /// filter, the TLS handshake. `None`: the connection ends; else the
+    /// state the first head read starts from (bytes after a PROXY header).
+    async fn open(&mut self) -> Option<State> {
         let shard = self.shard.clone();
         let lst = &shard.rt.listeners[self.li];
+        let mut state = State::Idle;
         if lst.proxy_protocol {
-            if let Err(why) = self.read_proxy_header().await {
-                // `None`: refused for want of a request state, answered.
-                if let Some(why) = why {
-                    shard.counters.refused(why);
+            match self.read_proxy_header().await {
+                Ok(x) => state = State::Busy(x),
+                Err(why) => {
+                    // `None`: refused for want of a request state, answered.
+                    if let Some(why) = why {
+                        shard.counters.refused(why);
+                    }
+                    return None;
                 }
-                return false;
             }
         }
         if let Some(filter) = &lst.clients {
             if !filter.admits(self.ip) {
                 shard.counters.refused(ConnRefusal::ClientDenied);
-                return false;
+                return None;
             }
         }
         if let Some(tls) = &lst.tls {
-            if !self.start_tls(tls).await {
-                self.close_gracefully().await;
-                return false;
+            // Bytes after the PROXY header are the ClientHello's start.
+            let early = match &mut state {
+                State::Busy(x) => {
+                    let e = x.cl.bytes().to_vec();
+                    x.cl.clear();
+                    e
+                }
+                State::Idle => Vec::new(),
+            };
+            if !self.start_tls(tls, &early).await {
+                self.close_gracefully(state.into_held()).await;
+                return None;
             }
         }
-        true
+        // Nothing buffered: wait for the first head holding no state.
+        Some(match state {
+            State::Busy(x) if !x.has_pending() => State::Idle,
+            s => s,
+        })
     }
 
     /// Answers a head that cannot be served with `status`, logs it as
     /// `decision`, and closes.
     async fn refuse_and_close(
         &mut self,
+        mut x: Held,
         status: u16,
         decision: crate::observe::decision::Decision,
     ) {
         let tx0 = self.client.bytes_written();
-        self.refuse(status, None).await;
-        self.record_unparsed(decision, tx0);
-        self.close_gracefully().await;
+        self.refuse(&mut x, status, None).await;
+        self.record_unparsed(&mut x, decision, tx0);
+        self.close_gracefully(Some(x)).await;
     }
 
     /// Answers with a generated `connection: close` refusal; the caller then
     /// closes the connection (`close_gracefully`).
-    async fn refuse(&mut self, status: u16, retry_after: Option<u64>) {
-        let shard = self.shard.clone();
-        if !self.hold_state().await {
-            // Answered 503 instead: no state to write `status` from.
-            return;
-        }
-        let x = self.x.as_mut().expect("just held");
+    async fn refuse(&mut self, x: &mut Exchange, status: u16, retry_after: Option<u64>) {
         x.rec.status = status;
         write_refusal(&mut x.out, status, retry_after);
         crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
-        shard.counters.response(self.li, status);
-        self.sent = true;
+        self.shard.counters.response(self.li, status);
         let _ = self.client.write_all(&x.out).await;
     }
 
     /// Half-closes and drains what the client still sends for a short, bounded
     /// while, so unread request bytes do not turn the close into a reset that
     /// could destroy the response in flight (the "lingering close" of nginx).
-    async fn close_gracefully(&mut self) {
+    /// Drains into the request state's buffer (taken for it if none is held).
+    async fn close_gracefully(&mut self, x: Option<Held>) {
         self.client.shutdown().await;
         let shard = self.shard.clone();
-        if self.x.is_none() {
-            match take_exchange(&shard, self.li) {
-                Ok(x) => self.x = Some(x),
-                // No request state: drain into a small buffer of its own.
-                Err(_) => return linger(&self.client, &shard, &mut vec![0; 4096]).await,
-            }
-        }
-        let x = self.x.as_mut().expect("just set");
-        linger(&self.client, &shard, &mut x.cbuf[..]).await;
+        let mut x = match x.map_or_else(|| state::take(&shard, self.li), Ok) {
+            Ok(x) => x,
+            // No request state: drain into a small buffer of its own.
+            Err(_) => return linger(&self.client, &shard, &mut vec![0; 4096]).await,
+        };
+        linger(&self.client, &shard, x.cl.scratch()).await;
     }
 }
 
@@ -485,60 +353,46 @@ async fn linger(client: &ClientConn, shard: &Shard, buf: &mut [u8]) {
 }
 
 impl Conn {
-    /// Makes sure a request state is held. When none can be made (its
+    /// A request state from the shard's pool. When none can be made (its
     /// buffers could not be mapped) this one connection is answered 503 with
     /// `connection: close`, counted (`zgix_request_state_refused_total`) and
-    /// `false` returned: the caller closes it, the shard goes on.
-    async fn hold_state(&mut self) -> bool {
-        if self.x.is_some() {
-            return true;
-        }
-        match take_exchange(&self.shard, self.li) {
-            Ok(x) => {
-                self.x = Some(x);
-                true
-            }
+    /// `None` returned: the caller closes it, the shard goes on.
+    async fn take_state(&mut self) -> Option<Held> {
+        match state::take(&self.shard, self.li) {
+            Ok(x) => Some(x),
             // Boxed: the refusal's writes and drain would otherwise widen
             // every future that awaits this one (an idle connection's, too).
-            Err(e) => Box::pin(self.refuse_for_want_of_state(e)).await,
+            Err(e) => {
+                Box::pin(self.refuse_for_want_of_state(e)).await;
+                None
+            }
         }
     }
 
-    /// The 503 of [`Conn::hold_state`]; always `false`.
-    async fn refuse_for_want_of_state(&mut self, e: std::io::Error) -> bool {
+    /// The 503 of [`Conn::take_state`].
+    async fn refuse_for_want_of_state(&mut self, e: std::io::Error) {
         let shard = self.shard.clone();
         crate::log_warn!("conn", "cannot make a request state ({e}): answering 503");
         shard.counters.engine.request_state_refused.inc();
         let mut out = Vec::new();
         write_refusal(&mut out, 503, None);
         shard.counters.response(self.li, 503);
-        self.sent = true;
         let _ = self.client.write_all(&out).await;
         // The caller closes without `close_gracefully`, which would
         // try again: drain here so unread bytes do not reset the 503.
         self.client.shutdown().await;
         linger(&self.client, &shard, &mut vec![0; 4096]).await;
-        false
     }
 }
 
 impl Conn {
-    /// The TLS handshake, after the PROXY header (whose leftover bytes are
-    /// the ClientHello's start); counted by outcome. `false`: the client was
-    /// told why (or timed out) and the connection closes.
-    async fn start_tls(&mut self, tls: &handshake::TlsListener) -> bool {
-        let early = match self.x.as_mut() {
-            Some(x) if x.has_pending() => {
-                let e = x.cbuf[x.cstart..x.cend].to_vec();
-                x.cstart = 0;
-                x.cend = 0;
-                e
-            }
-            _ => Vec::new(),
-        };
+    /// The TLS handshake, after the PROXY header (whose leftover bytes,
+    /// `early`, are the ClientHello's start); counted by outcome. `false`:
+    /// the client was told why (or timed out) and the connection closes.
+    async fn start_tls(&mut self, tls: &handshake::TlsListener, early: &[u8]) -> bool {
         let started = self.shard.driver.now();
         let c = &self.shard.counters.listeners[self.li];
-        match handshake::accept(self.client.sock(), tls, &early, None).await {
+        match handshake::accept(self.client.sock(), tls, early, None).await {
             Ok(t) => {
                 let v = match t.info.version {
                     "TLSv1.2" => 1,
@@ -562,14 +416,6 @@ impl Conn {
                 c.tls_handshakes[o.index()][0].inc();
                 false
             }
-        }
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        if let Some(x) = self.x.take() {
-            put_exchange(&self.shard, x);
         }
     }
 }
@@ -611,7 +457,7 @@ mod size_tests {
     fn ret_conn<F: FnOnce(&'static mut super::Conn) -> R, R>(_: F) -> usize {
         std::mem::size_of::<R>()
     }
-    fn ret_head<F: FnOnce(&'static mut super::Conn, bool) -> R, R>(_: F) -> usize {
+    fn ret_head<F: FnOnce(&'static mut super::Conn, bool, super::State) -> R, R>(_: F) -> usize {
         std::mem::size_of::<R>()
     }
 
@@ -626,22 +472,34 @@ mod size_tests {
         let conn = std::mem::size_of::<super::Conn>();
         let run = ret_conn(super::Conn::run);
         let head = ret_head(super::Conn::read_head);
+        let idle = ret_conn(super::Conn::wait_between_requests);
         assert!(conn <= 256, "Conn is {conn} bytes");
         assert!(head <= 320, "the head read's future is {head} bytes");
+        assert!(
+            idle <= head,
+            "the wait between requests ({idle}) is more than the head read ({head})"
+        );
         assert!(
             run <= head + 64,
             "run's future ({run}) is more than the head read's ({head})"
         );
+        // What the task of an idle connection holds besides its socket:
+        // 512 bytes when the request state moved out of `Conn` (240 + 272
+        // before, with it inside); a new field or await must not widen it.
+        assert!(
+            conn + run <= 512,
+            "an idle connection holds {conn} + {run} bytes"
+        );
         let tls = ret_conn(|c: &'static mut super::Conn| c.open());
-        let close = ret_conn(super::Conn::close_gracefully);
-        let hold = ret_conn(super::Conn::hold_state);
+        let close = ret_conn(|c: &'static mut super::Conn| c.close_gracefully(None));
+        let hold = ret_conn(super::Conn::take_state);
         assert!(
             tls > run && close > run,
             "the phases boxed out of run are the larger ones (open {tls}, close {close}, run {run})"
         );
         assert!(
             hold <= 64,
-            "hold_state's future is {hold} bytes: its refusal must stay boxed"
+            "take_state's future is {hold} bytes: its refusal must stay boxed"
         );
     }
 }

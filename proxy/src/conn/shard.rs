@@ -39,7 +39,7 @@ pub struct Shard {
     /// (shared by its generations): a connection that goes idle closes.
     pub draining: Rc<Cell<bool>>,
     /// Never holds permits: closing it wakes every task waiting on it (the
-    /// drain closes every generation's).
+    /// drain closes every generation's; a reload, the one it retires).
     pub shutdown: Semaphore,
     /// Every connection task of every generation passes through it, so a
     /// drain can wait for them.
@@ -168,9 +168,13 @@ impl Shard {
     /// A newer generation replaced this one: idle upstream connections move
     /// to `next`'s pool when it has an endpoint of the same address (else
     /// they close), and so will connections in use now when they are
-    /// returned; the request-state caches are let go.
+    /// returned; the request-state caches are let go; and connections
+    /// idle between requests on it are woken (its `shutdown` closes), so
+    /// they follow to `next` now instead of holding this one until their
+    /// next request (`conn::head`, `Conn::wait_between_requests`).
     pub fn retire(&self, next: &Shard) {
         self.retired.set(true);
+        self.shutdown.close();
         let now = self.driver.now();
         let fresh = self.rt.timeouts.upstream_pool_idle;
         for (ep, addr) in self.rt.up.endpoints.iter().enumerate() {
@@ -237,7 +241,8 @@ pub enum Follow {
 
 /// Finds the newest generation (when it is not `shard`'s) and the connection's listener
 /// in it (by its configured `bind`). Called by a connection between two
-/// requests, holding no request state; on `Move` it replaces its
+/// requests, holding no request state (when bytes of the next one arrive,
+/// or when a reload retired its generation); on `Move` it replaces its
 /// `Rc<Shard>` with `*shard` and its listener index with the one returned.
 pub fn follow(shard: &mut Rc<Shard>, li: usize) -> Follow {
     let newest = shard.newest.borrow().upgrade();

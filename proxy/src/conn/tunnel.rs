@@ -7,7 +7,7 @@ use std::time::Instant;
 use futures_lite::future::zip;
 
 use super::client::Stream;
-use super::{is_timeout, Conn, Next};
+use super::{is_timeout, Conn, Exchange, Next};
 use crate::io::{Buf, Sock};
 use crate::observe::counter::Counter;
 
@@ -55,27 +55,23 @@ async fn pump(
 
 impl Conn {
     /// Relays the client and `up` until the tunnel ends; the connection then closes.
-    pub(super) async fn tunnel(&mut self, up: Sock) -> Next {
+    pub(super) async fn tunnel(&mut self, x: &mut Exchange, up: Sock) -> Next {
         let shard = self.shard.clone();
         let e = &shard.counters.engine;
         e.tunnels_opened.inc();
         e.tunnels_active.fetch_add(1, Ordering::Relaxed);
         let idle = std::time::Duration::from_millis(shard.rt.config.limits.tunnel_idle_timeout_ms);
-        let x = self.x.as_mut().expect("a request state is held");
         // Bytes either side sent after its head belong to the tunnel.
-        let up_pending = x.cend - x.cstart;
-        x.cbuf.copy_within(x.cstart..x.cend, 0);
+        let up_pending = x.cl.drain_to_front();
         let down_pending = x.uend - x.ustart;
         x.ubuf.copy_within(x.ustart..x.uend, 0);
-        x.cstart = 0;
-        x.cend = 0;
-        let (cbuf, ubuf): (&mut Buf, &mut Buf) = (&mut x.cbuf, &mut x.ubuf);
+        let (cbuf, ubuf): (&mut [u8], &mut Buf) = (x.cl.scratch(), &mut x.ubuf);
         let last = Cell::new(shard.driver.now());
         zip(
             pump(
                 &self.client,
                 &up,
-                &mut cbuf[..],
+                cbuf,
                 up_pending,
                 &last,
                 idle,

@@ -12,7 +12,7 @@ use std::os::fd::RawFd;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::addr::sockaddr;
+use super::addr::{sockaddr, take_error};
 use super::{Driver, Role, Slot, State};
 
 /// epoll's own per-socket state: the last edges seen.
@@ -107,11 +107,10 @@ impl Epoll {
     /// Issues a non-blocking connect before the socket joins the set (so
     /// the set reports its state once connecting, never the unconnected one).
     pub(super) fn begin_connect(fd: RawFd, addr: SocketAddr) -> io::Result<()> {
-        let (storage, len) = sockaddr(addr);
-        // SAFETY: storage holds a valid address of `len` bytes; fd is open;
+        let a = sockaddr(addr);
+        // SAFETY: `a` holds a valid address of `a.len()` bytes; fd is open;
         // the call is synchronous (the kernel copies the address).
-        let rc =
-            unsafe { libc::connect(fd, (&storage as *const libc::sockaddr_storage).cast(), len) };
+        let rc = unsafe { libc::connect(fd, a.as_ptr(), a.len()) };
         if rc < 0 {
             let e = last();
             if e.raw_os_error() != Some(libc::EINPROGRESS) {
@@ -132,24 +131,9 @@ impl Epoll {
     ) -> Poll<io::Result<()>> {
         let s = &mut st.slots[token as usize];
         if s.be.e().writable || s.hup {
-            let mut err: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            // SAFETY: err/len are valid for the call; fd is open.
-            let rc = unsafe {
-                libc::getsockopt(
-                    s.fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_ERROR,
-                    (&mut err as *mut libc::c_int).cast(),
-                    &mut len,
-                )
-            };
-            return Poll::Ready(if rc < 0 {
-                Err(last())
-            } else if err != 0 {
-                Err(io::Error::from_raw_os_error(err))
-            } else {
-                Ok(())
+            return Poll::Ready(match take_error(s.fd) {
+                Ok(None) => Ok(()),
+                Ok(Some(e)) | Err(e) => Err(e),
             });
         }
         if let Err(e) = Driver::wait_write(st, token, cx, deadline, now) {

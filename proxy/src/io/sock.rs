@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use super::addr::{setsockopt_int, tcp_socket};
+use super::addr::{set_nodelay, tcp_socket};
 use super::ops::OpId;
 use super::{Driver, Role};
 
@@ -66,7 +66,7 @@ impl Sock {
         timeout: Duration,
     ) -> io::Result<Sock> {
         let fd = tcp_socket(&addr)?;
-        let _ = setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        let _ = set_nodelay(fd, true);
         if let Err(e) = driver.begin_connect(fd, addr) {
             // SAFETY: fd was opened above and is closed once on this path.
             unsafe { libc::close(fd) };
@@ -109,12 +109,7 @@ impl Sock {
     }
 
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
-        setsockopt_int(
-            self.fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            on as libc::c_int,
-        )
+        set_nodelay(self.fd, on)
     }
 
     fn read_deadline(&self) -> Option<Instant> {

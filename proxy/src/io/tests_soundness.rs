@@ -191,17 +191,10 @@ pub(super) fn syn_dropping_listener() -> (OwnedFd, SocketAddr, Vec<StdStream>) {
         assert!(fd >= 0);
         OwnedFd::from_raw_fd(fd)
     };
-    let (sa, len) = super::addr::sockaddr("127.0.0.1:0".parse().unwrap());
-    // SAFETY: sa is a valid address of len bytes; the fd is open.
+    let sa = super::addr::sockaddr("127.0.0.1:0".parse().unwrap());
+    // SAFETY: sa is a valid address of sa.len() bytes; the fd is open.
     unsafe {
-        assert_eq!(
-            libc::bind(
-                l.as_raw_fd(),
-                (&sa as *const libc::sockaddr_storage).cast(),
-                len
-            ),
-            0
-        );
+        assert_eq!(libc::bind(l.as_raw_fd(), sa.as_ptr(), sa.len()), 0);
         assert_eq!(libc::listen(l.as_raw_fd(), 0), 0);
     }
     let addr = super::local_addr(l.as_raw_fd()).unwrap();

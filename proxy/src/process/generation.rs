@@ -9,9 +9,10 @@
 //! accepted from then on run on the new config. An accept loop holds no
 //! generation while it waits. A connection keeps the `Rc<Shard>` it runs on
 //! — and so the runtime, the listener index and the counters of its
-//! generation — until its next request starts, which moves it to the
-//! newest generation ([`Shard::newest`](crate::conn::shard::Shard::newest), see
-//! [`follow`](crate::conn::shard::follow)), or until it closes. Generations
+//! generation — while a request runs on it; idle between requests it moves
+//! to the newest generation ([`Shard::newest`](crate::conn::shard::Shard::newest), see
+//! [`follow`](crate::conn::shard::follow)) as soon as a reload retires its
+//! own, or when its next request's bytes arrive. Generations
 //! do not reference each other (`newest` is weak), so a retired one is freed
 //! as soon as no connection runs on it; [`Shard::retire`](crate::conn::shard::Shard::retire)
 //! empties its upstream pool at once (idle connections move to the new

@@ -167,7 +167,7 @@ pub(in crate::io) struct USock {
     /// The bytes of the send, owned here from submission to completion.
     send: Option<Chunk>,
     /// The connect's address, owned here while the kernel may read it.
-    addr: Option<Box<(libc::sockaddr_storage, libc::socklen_t)>>,
+    addr: Option<Box<socket2::SockAddr>>,
     /// Entries submitted or queued that name this socket: its descriptor
     /// is closed and the slot reused only at 0.
     ops: u16,

@@ -273,13 +273,9 @@ impl Ring {
             }
             What::Connect(addr) => {
                 let a = Box::new(sockaddr(addr));
-                let e = opcode::Connect::new(
-                    types::Fd(s.fd),
-                    (&a.0 as *const libc::sockaddr_storage).cast(),
-                    a.1,
-                )
-                .build()
-                .user_data(ud(K_CONNECT, token, s.gen));
+                let e = opcode::Connect::new(types::Fd(s.fd), a.as_ptr(), a.len())
+                    .build()
+                    .user_data(ud(K_CONNECT, token, s.gen));
                 u.addr = Some(a);
                 u.op_kind = K_CONNECT;
                 u.send_inline = false;
