@@ -87,7 +87,10 @@ mod tests {
         }
         for bad in ["true", "\"keep\"", "1"] {
             let e = serde_json::from_str::<RequestIdMode>(bad).unwrap_err();
-            assert!(e.to_string().contains("\"generate\", \"replace\" or false"), "{bad}: {e}");
+            assert!(
+                e.to_string().contains("\"generate\", \"replace\" or false"),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -162,7 +162,9 @@ fn forwarded_field(out: &mut Vec<u8>, client: &IpText, proto: &str, host: Option
     out.extend_from_slice(proto.as_bytes());
     if let Some(h) = host.filter(|h| !h.is_empty()) {
         out.extend_from_slice(b";host=");
-        let token = h.iter().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
+        let token = h
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
         if token {
             out.extend_from_slice(h);
         } else {
@@ -353,7 +355,15 @@ mod tests {
             request_id: id,
             forwarded: true,
         };
-        write_request_head_via(&mut out, raw.as_bytes(), &head, &client, EP.parse().unwrap(), None, &stamp);
+        write_request_head_via(
+            &mut out,
+            raw.as_bytes(),
+            &head,
+            &client,
+            EP.parse().unwrap(),
+            None,
+            &stamp,
+        );
         String::from_utf8(out).unwrap()
     }
 
@@ -361,22 +371,47 @@ mod tests {
     fn the_request_id_replaces_the_clients_fields_and_forwarded_names_this_hop() {
         let raw = "GET / HTTP/1.1\r\nHost: a.example:8443\r\nX-Request-ID: spoof\r\nx-request-id: two\r\nForwarded: for=192.0.2.1\r\n\r\n";
         let up = upstream_with(raw, Some(b"0123abcd"), "2001:db8::7");
-        assert_eq!(up.matches("X-Request-ID").count() + up.matches("x-request-id").count(), 1, "{up}");
+        assert_eq!(
+            up.matches("X-Request-ID").count() + up.matches("x-request-id").count(),
+            1,
+            "{up}"
+        );
         assert!(up.contains("\r\nX-Request-ID: 0123abcd\r\n"), "{up}");
-        assert!(up.contains("\r\nForwarded: for=192.0.2.1\r\n"), "the client's element stays: {up}");
         assert!(
-            up.contains("\r\nForwarded: for=\"[2001:db8::7]\";proto=https;host=\"a.example:8443\"\r\n"),
+            up.contains("\r\nForwarded: for=192.0.2.1\r\n"),
+            "the client's element stays: {up}"
+        );
+        assert!(
+            up.contains(
+                "\r\nForwarded: for=\"[2001:db8::7]\";proto=https;host=\"a.example:8443\"\r\n"
+            ),
             "{up}"
         );
         // Off: the client's field passes as sent, none added.
         let mut off = upstream_with(raw, None, "203.0.113.7");
-        assert!(off.contains("X-Request-ID: spoof\r\n") && off.contains("x-request-id: two\r\n"), "{off}");
-        assert!(off.contains("\r\nForwarded: for=203.0.113.7;proto=https;host=\"a.example:8443\"\r\n"), "{off}");
+        assert!(
+            off.contains("X-Request-ID: spoof\r\n") && off.contains("x-request-id: two\r\n"),
+            "{off}"
+        );
+        assert!(
+            off.contains("\r\nForwarded: for=203.0.113.7;proto=https;host=\"a.example:8443\"\r\n"),
+            "{off}"
+        );
         // A token host is written bare; no Host, no host parameter.
-        off = upstream_with("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n", None, "203.0.113.7");
-        assert!(off.contains("Forwarded: for=203.0.113.7;proto=https;host=a.example\r\n"), "{off}");
+        off = upstream_with(
+            "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n",
+            None,
+            "203.0.113.7",
+        );
+        assert!(
+            off.contains("Forwarded: for=203.0.113.7;proto=https;host=a.example\r\n"),
+            "{off}"
+        );
         off = upstream_with("GET / HTTP/1.0\r\n\r\n", None, "203.0.113.7");
-        assert!(off.contains("Forwarded: for=203.0.113.7;proto=https\r\n"), "{off}");
+        assert!(
+            off.contains("Forwarded: for=203.0.113.7;proto=https\r\n"),
+            "{off}"
+        );
     }
 
     fn parse_response(raw: &str) -> ResponseHead {

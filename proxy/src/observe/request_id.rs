@@ -29,7 +29,11 @@ impl PartialEq for RequestId {
 
 impl std::fmt::Debug for RequestId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RequestId({:?})", String::from_utf8_lossy(self.as_bytes()))
+        write!(
+            f,
+            "RequestId({:?})",
+            String::from_utf8_lossy(self.as_bytes())
+        )
     }
 }
 
@@ -91,7 +95,12 @@ impl RequestId {
     pub fn generate(&mut self) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let (a, b) = (next_u64(), next_u64());
-        for (i, byte) in a.to_be_bytes().into_iter().chain(b.to_be_bytes()).enumerate() {
+        for (i, byte) in a
+            .to_be_bytes()
+            .into_iter()
+            .chain(b.to_be_bytes())
+            .enumerate()
+        {
             self.buf[2 * i] = HEX[(byte >> 4) as usize];
             self.buf[2 * i + 1] = HEX[(byte & 15) as usize];
         }
@@ -108,7 +117,10 @@ mod tests {
         let mut id = RequestId::default();
         id.choose(RequestIdMode::Generate, std::iter::empty());
         assert_eq!(id.as_bytes().len(), 32);
-        assert!(id.as_bytes().iter().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(id
+            .as_bytes()
+            .iter()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         let mut seen = std::collections::HashSet::new();
         for _ in 0..10_000 {
             id.generate();

@@ -102,12 +102,13 @@ fn text(
         }
         None => out.extend_from_slice(b" - - - -"),
     }
-    // request_id (visible ASCII already; escaped all the same), `-` for none.
+    // request_id, unquoted (1 to 128 visible ASCII bytes: no space; a `"` or
+    // `\` escaped all the same), `-` for none.
     out.push(b' ');
     if r.request_id.is_empty() {
         out.push(b'-');
     } else {
-        quoted(out, r.request_id.as_bytes());
+        escape_text(out, r.request_id.as_bytes());
     }
 }
 
@@ -209,7 +210,10 @@ fn json(
         ),
     }
     out.extend_from_slice(b",\"request_id\":");
-    json_opt(out, (!r.request_id.is_empty()).then(|| r.request_id.as_bytes()));
+    json_opt(
+        out,
+        (!r.request_id.is_empty()).then(|| r.request_id.as_bytes()),
+    );
     out.push(b'}');
 }
 
