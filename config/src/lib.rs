@@ -20,6 +20,7 @@ mod limits;
 mod load;
 mod model;
 mod observe;
+mod request_id;
 mod tls;
 mod upstream;
 mod validate;
@@ -47,6 +48,7 @@ pub use observe::{
     MAX_ADMIN_MAX_CONNECTIONS, MAX_ADMIN_TIMEOUT_MS, MAX_ADMIN_TOKEN_BYTES, MIN_ADMIN_TIMEOUT_MS,
     MIN_ADMIN_TOKEN_BYTES,
 };
+pub use request_id::{RequestIdMode, MAX_REQUEST_ID_BYTES};
 pub use tls::*;
 pub use upstream::*;
 pub use validate::{MAX_CLUSTER_NAME_BYTES, MAX_FILTER_NAME_BYTES};

@@ -113,6 +113,12 @@ pub struct HttpListener {
     /// Ordered request filters, walked after the admission controls.
     #[serde(default)]
     pub request_filters: Vec<RequestFilter>,
+    /// `X-Request-ID`: `"generate"` (default), `"replace"` or `false`.
+    #[serde(default)]
+    pub request_id: crate::RequestIdMode,
+    /// Add an RFC 7239 `Forwarded: for=…;proto=…;host=…` field (default off).
+    #[serde(default)]
+    pub forwarded: bool,
 }
 
 /// Largest `requests` and `burst`: one billion tokens.

@@ -33,6 +33,10 @@ pub struct ListenerRt {
     /// TLS termination: its certificates and rustls configuration, read by
     /// [`crate::conn::handshake::load_all`] before the runtime is built.
     pub tls: Option<Arc<crate::conn::handshake::TlsListener>>,
+    /// `http.request_id`: how each request's `X-Request-ID` is chosen.
+    pub request_id: zgix_config::RequestIdMode,
+    /// `http.forwarded`: add an RFC 7239 `Forwarded` element.
+    pub forwarded: bool,
 }
 
 /// A listener's client filter, checked once per connection on the client address
@@ -233,6 +237,8 @@ impl Runtime {
                     }),
                     conn_limit: h.conn_limit.as_ref().map(|c| c.max),
                     conn_dry_run: h.conn_limit.as_ref().is_some_and(|c| c.dry_run),
+                    request_id: h.request_id,
+                    forwarded: h.forwarded,
                     waf: h.waf.as_ref().map(|w| WafRt {
                         matcher: WafMatcher::new(&w.deny),
                         status: w.status,

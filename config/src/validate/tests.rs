@@ -70,6 +70,8 @@ fn minimal_config_gets_every_default() {
     assert_eq!(l.clients, None);
     assert_eq!(l.http.cluster, "api");
     assert_eq!(l.http.rate_limit, None);
+    assert_eq!(l.http.request_id, crate::RequestIdMode::Generate);
+    assert!(!l.http.forwarded);
     assert_eq!(l.http.conn_limit, None);
     assert_eq!(l.http.waf, None);
     assert!(l.http.request_filters.is_empty());

@@ -258,6 +258,7 @@ impl Conn {
             keep,
             x.req.version == Version::Http10,
             x.req.method == Method::Head,
+            x.rec.request_id.as_bytes(),
             &mut x.out,
         );
         shard.counters.response(self.li, status);
@@ -281,6 +282,15 @@ impl Conn {
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.version = Some(x.req.version);
+        let client_ids = x
+            .req
+            .headers
+            .iter()
+            .filter(|h| h.name.get(base).eq_ignore_ascii_case(b"x-request-id"))
+            .map(|h| h.value.get(base));
+        x.rec
+            .request_id
+            .choose(self.shard.rt.listeners[li].request_id, client_ids);
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
         x.rec_query.clear();
@@ -325,11 +335,12 @@ impl Conn {
         let shard = self.shard.clone();
         let (li, ip, peer) = (self.li, self.ip, self.peer);
         let tx = self.client.bytes_written();
-        let status = x.rec.status;
+        let (status, id) = (x.rec.status, x.rec.request_id);
         let (tls, sni) = self.client.log_facts();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.status = status;
+        x.rec.request_id = id;
         x.rec.decision = decision;
         x.rec.bytes_in = x.cl.pending() as u64;
         x.rec.bytes_out = tx - tx0;

@@ -237,9 +237,13 @@ impl Conn {
         let ip_text = wire::IpText::new(self.ip);
         let base = x.cl.bytes();
         let edits = filtered.then_some((filters, &x.walk));
+        let lst = &rt.listeners[self.li];
         let stamp = wire::Stamp {
             via: rt.config.via.name().map(str::as_bytes),
             proto: if on_tls { "https" } else { "http" },
+            request_id: (lst.request_id != zgix_config::RequestIdMode::Off)
+                .then(|| x.rec.request_id.as_bytes()),
+            forwarded: lst.forwarded,
         };
         let endpoint = rt.up.upstreams[ep]
             .addr

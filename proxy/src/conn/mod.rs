@@ -301,6 +301,10 @@ impl Conn {
         decision: crate::observe::decision::Decision,
     ) {
         let tx0 = self.client.bytes_written();
+        // The head did not parse: the refusal (and its log line) get a new ID,
+        // never the previous request's.
+        let mode = self.shard.rt.listeners[self.li].request_id;
+        x.rec.request_id.choose(mode, std::iter::empty());
         self.refuse(&mut x, status, None).await;
         self.record_unparsed(&mut x, decision, tx0);
         self.close_gracefully(Some(x)).await;
@@ -310,7 +314,7 @@ impl Conn {
     /// closes the connection (`close_gracefully`).
     async fn refuse(&mut self, x: &mut Exchange, status: u16, retry_after: Option<u64>) {
         x.rec.status = status;
-        write_refusal(&mut x.out, status, retry_after);
+        write_refusal(&mut x.out, status, retry_after, x.rec.request_id.as_bytes());
         crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
         self.shard.counters.response(self.li, status);
         let _ = self.client.write_all(&x.out).await;
@@ -375,7 +379,7 @@ impl Conn {
         crate::log_warn!("conn", "cannot make a request state ({e}): answering 503");
         shard.counters.engine.request_state_refused.inc();
         let mut out = Vec::new();
-        write_refusal(&mut out, 503, None);
+        write_refusal(&mut out, 503, None, b"");
         shard.counters.response(self.li, 503);
         let _ = self.client.write_all(&out).await;
         // The caller closes without `close_gracefully`, which would

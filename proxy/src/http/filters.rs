@@ -352,13 +352,15 @@ impl FiltersRt {
     /// own, except to HEAD (RFC 9110 §9.3.2) and for statuses that never have
     /// one, which also get no Content-Length (1xx, 204, 304: RFC 9110 §8.6).
     /// `connection` is what zgix does next: `close`, `keep-alive` for an
-    /// HTTP/1.0 client it keeps (RFC 9112 §9.3), nothing otherwise.
+    /// HTTP/1.0 client it keeps (RFC 9112 §9.3), nothing otherwise. The
+    /// answer carries the request's ID (`x-request-id`) unless it is empty.
     pub fn write_terminal(
         &self,
         i: u16,
         keep_alive: bool,
         http10: bool,
         head_request: bool,
+        request_id: &[u8],
         out: &mut Vec<u8>,
     ) -> u16 {
         out.clear();
@@ -390,6 +392,7 @@ impl FiltersRt {
             crate::http::respond::reason(status)
         );
         crate::http::respond::write_stamp(out, own.0, own.1);
+        crate::http::respond::write_request_id(out, request_id);
         if let Some(l) = location {
             out.extend_from_slice(b"location: ");
             out.extend_from_slice(l);

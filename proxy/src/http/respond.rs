@@ -126,14 +126,27 @@ pub fn write_stamp(out: &mut Vec<u8>, skip_date: bool, skip_server: bool) {
     }
 }
 
+/// `x-request-id: <id>` in an answer zgix writes itself, so a client can quote
+/// the ID the logs carry; nothing for an empty `id` (`request_id: false`, or a
+/// refusal before the head was read).
+pub fn write_request_id(out: &mut Vec<u8>, id: &[u8]) {
+    if !id.is_empty() {
+        out.extend_from_slice(b"x-request-id: ");
+        out.extend_from_slice(id);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Writes a complete `connection: close` refusal into `out` (cleared first).
 /// The body is the reason phrase and a newline. `retry_after` adds that header
-/// (429). `out` has capacity for this, so nothing is allocated.
-pub fn write_refusal(out: &mut Vec<u8>, status: u16, retry_after: Option<u64>) {
+/// (429); `id` the request's ID. `out` has capacity for this, so nothing is
+/// allocated.
+pub fn write_refusal(out: &mut Vec<u8>, status: u16, retry_after: Option<u64>, id: &[u8]) {
     out.clear();
     let r = reason(status);
     let _ = write!(out, "HTTP/1.1 {status} {r}\r\n");
     write_stamp(out, false, false);
+    write_request_id(out, id);
     let _ = write!(
         out,
         "content-type: text/plain\r\ncontent-length: {}\r\n",
@@ -166,18 +179,18 @@ mod tests {
     #[test]
     fn refusal_bytes_are_exact() {
         let mut out = Vec::with_capacity(256);
-        write_refusal(&mut out, 400, None);
+        write_refusal(&mut out, 400, None, b"");
         let out = undated(&out);
         assert_eq!(
             out,
             b"HTTP/1.1 400 Bad Request\r\nserver: zgix\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\nBad Request\n"
         );
         let mut out = Vec::with_capacity(256);
-        write_refusal(&mut out, 429, Some(3));
+        write_refusal(&mut out, 429, Some(3), b"4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(out.capacity() == 256, "no growth");
         assert_eq!(
             undated(&out),
-            &b"HTTP/1.1 429 Too Many Requests\r\nserver: zgix\r\ncontent-type: text/plain\r\ncontent-length: 18\r\nretry-after: 3\r\nconnection: close\r\n\r\nToo Many Requests\n"[..]
+            &b"HTTP/1.1 429 Too Many Requests\r\nserver: zgix\r\nx-request-id: 4bf92f3577b34da6a3ce929d0e0e4736\r\ncontent-type: text/plain\r\ncontent-length: 18\r\nretry-after: 3\r\nconnection: close\r\n\r\nToo Many Requests\n"[..]
         );
     }
 

@@ -88,6 +88,10 @@ pub fn write_request_head_via(
         if h.name.get(base).eq_ignore_ascii_case(b"x-forwarded-proto") {
             continue;
         }
+        // zgix names the request (a client's acceptable ID is `request_id` already).
+        if stamp.request_id.is_some() && h.name.get(base).eq_ignore_ascii_case(b"x-request-id") {
+            continue;
+        }
         if let Some((f, w)) = edits {
             if f.request_drops(w, h.name.get(base)) {
                 continue;
@@ -125,7 +129,57 @@ pub fn write_request_head_via(
     out.extend_from_slice(b"X-Forwarded-Proto: ");
     out.extend_from_slice(stamp.proto.as_bytes());
     out.extend_from_slice(b"\r\n");
+    if let Some(id) = stamp.request_id {
+        out.extend_from_slice(b"X-Request-ID: ");
+        out.extend_from_slice(id);
+        out.extend_from_slice(b"\r\n");
+    }
+    if stamp.forwarded {
+        let host = req.authority.or(req.host).map(|h| h.get(base));
+        forwarded_field(out, client, stamp.proto, host);
+    }
     via_field(out, req.version, stamp.via);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Forwarded: for=<client>;proto=<proto>;host=<host>` (RFC 7239 §4, §5): an
+/// IPv6 client is `"[addr]"` (§6, a quoted-string since `:` is not a token
+/// character), and so is a host with a port; the host is the request's
+/// authority or Host value, left out when there is none. A second field line
+/// after the client's is the same list (RFC 9110 §5.3), so zgix's element comes
+/// last, as in X-Forwarded-For.
+fn forwarded_field(out: &mut Vec<u8>, client: &IpText, proto: &str, host: Option<&[u8]>) {
+    out.extend_from_slice(b"Forwarded: for=");
+    let ip = client.as_bytes();
+    if ip.contains(&b':') {
+        out.extend_from_slice(b"\"[");
+        out.extend_from_slice(ip);
+        out.extend_from_slice(b"]\"");
+    } else {
+        out.extend_from_slice(ip);
+    }
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(proto.as_bytes());
+    if let Some(h) = host.filter(|h| !h.is_empty()) {
+        out.extend_from_slice(b";host=");
+        let token = h
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
+        if token {
+            out.extend_from_slice(h);
+        } else {
+            // A Host value the parser accepted holds no '"', '\\' or control byte;
+            // escape anyway, so the quoted-string cannot be broken (§4).
+            out.push(b'"');
+            for &b in h {
+                if b == b'"' || b == b'\\' {
+                    out.push(b'\\');
+                }
+                out.push(b);
+            }
+            out.push(b'"');
+        }
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -135,6 +189,13 @@ pub struct Stamp<'a> {
     pub via: Option<&'a [u8]>,
     /// `https` on a TLS listener, `http` otherwise: X-Forwarded-Proto.
     pub proto: &'static str,
+    /// The request's ID (`listeners[].http.request_id`): sent as the one
+    /// `X-Request-ID` field, the client's own fields dropped. `None` when the
+    /// listener's `request_id` is `false`: the client's fields pass as sent.
+    pub request_id: Option<&'a [u8]>,
+    /// `listeners[].http.forwarded`: add an RFC 7239 `Forwarded` element for
+    /// this hop (`for`, `proto`, `host`) after any the client sent.
+    pub forwarded: bool,
 }
 
 /// How the response head must frame the exchange with the client.
@@ -270,9 +331,87 @@ mod tests {
         let client = IpText::new("203.0.113.7".parse().unwrap());
         let mut out = Vec::new();
         let ep = EP.parse().unwrap();
-        let stamp = Stamp { via, proto: "http" };
+        let stamp = Stamp {
+            via,
+            proto: "http",
+            request_id: None,
+            forwarded: false,
+        };
         write_request_head_via(&mut out, raw.as_bytes(), &head, &client, ep, None, &stamp);
         String::from_utf8(out).unwrap()
+    }
+
+    /// The upstream head with a request ID and `Forwarded` on, from `client`.
+    fn upstream_with(raw: &str, id: Option<&[u8]>, client: &str) -> String {
+        let limits: Limits = zgix_config::Limits::default().request_limits();
+        let mut head = RequestHead::new(&limits);
+        let r = RequestParser::new(limits).parse(raw.as_bytes(), &mut head);
+        assert_eq!(r, Ok(Status::Complete(())), "{raw:?}");
+        let client = IpText::new(client.parse().unwrap());
+        let mut out = Vec::new();
+        let stamp = Stamp {
+            via: None,
+            proto: "https",
+            request_id: id,
+            forwarded: true,
+        };
+        write_request_head_via(
+            &mut out,
+            raw.as_bytes(),
+            &head,
+            &client,
+            EP.parse().unwrap(),
+            None,
+            &stamp,
+        );
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_request_id_replaces_the_clients_fields_and_forwarded_names_this_hop() {
+        let raw = "GET / HTTP/1.1\r\nHost: a.example:8443\r\nX-Request-ID: spoof\r\nx-request-id: two\r\nForwarded: for=192.0.2.1\r\n\r\n";
+        let up = upstream_with(raw, Some(b"0123abcd"), "2001:db8::7");
+        assert_eq!(
+            up.matches("X-Request-ID").count() + up.matches("x-request-id").count(),
+            1,
+            "{up}"
+        );
+        assert!(up.contains("\r\nX-Request-ID: 0123abcd\r\n"), "{up}");
+        assert!(
+            up.contains("\r\nForwarded: for=192.0.2.1\r\n"),
+            "the client's element stays: {up}"
+        );
+        assert!(
+            up.contains(
+                "\r\nForwarded: for=\"[2001:db8::7]\";proto=https;host=\"a.example:8443\"\r\n"
+            ),
+            "{up}"
+        );
+        // Off: the client's field passes as sent, none added.
+        let mut off = upstream_with(raw, None, "203.0.113.7");
+        assert!(
+            off.contains("X-Request-ID: spoof\r\n") && off.contains("x-request-id: two\r\n"),
+            "{off}"
+        );
+        assert!(
+            off.contains("\r\nForwarded: for=203.0.113.7;proto=https;host=\"a.example:8443\"\r\n"),
+            "{off}"
+        );
+        // A token host is written bare; no Host, no host parameter.
+        off = upstream_with(
+            "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n",
+            None,
+            "203.0.113.7",
+        );
+        assert!(
+            off.contains("Forwarded: for=203.0.113.7;proto=https;host=a.example\r\n"),
+            "{off}"
+        );
+        off = upstream_with("GET / HTTP/1.0\r\n\r\n", None, "203.0.113.7");
+        assert!(
+            off.contains("Forwarded: for=203.0.113.7;proto=https\r\n"),
+            "{off}"
+        );
     }
 
     fn parse_response(raw: &str) -> ResponseHead {

@@ -8,3 +8,4 @@ pub mod decision;
 pub mod engine_metrics;
 pub mod log;
 pub mod metrics;
+pub mod request_id;

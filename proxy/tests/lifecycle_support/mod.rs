@@ -25,6 +25,9 @@ pub fn free_port() -> u16 {
 pub struct Proc {
     child: Child,
     log: Arc<Mutex<String>>,
+    /// Set when the stderr reader saw end of file (every holder of the pipe
+    /// exited: zgix, and a process it handed its sockets to).
+    eof: Arc<std::sync::atomic::AtomicBool>,
     config: TempConfig,
     exited: Option<ExitStatus>,
 }
@@ -66,6 +69,8 @@ impl Proc {
         let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("piped stderr");
         let thread_log = log.clone();
+        let eof = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread_eof = eof.clone();
         thread::spawn(move || {
             let mut reader = BufReader::new(stderr);
             let mut line = String::new();
@@ -73,10 +78,12 @@ impl Proc {
                 thread_log.lock().unwrap().push_str(&line);
                 line.clear();
             }
+            thread_eof.store(true, std::sync::atomic::Ordering::Release);
         });
         Proc {
             child,
             log,
+            eof,
             config,
             exited: None,
         }
@@ -166,6 +173,15 @@ impl Proc {
         loop {
             if let Ok(Some(s)) = self.child.try_wait() {
                 self.exited = Some(s);
+                // Its last lines may still be in the pipe: let the reader reach
+                // end of file (bounded: a process zgix handed its sockets to
+                // may hold the pipe open).
+                let drained = Instant::now() + Duration::from_secs(2);
+                while !self.eof.load(std::sync::atomic::Ordering::Acquire)
+                    && Instant::now() < drained
+                {
+                    thread::sleep(Duration::from_millis(5));
+                }
                 return s;
             }
             if Instant::now() >= deadline {

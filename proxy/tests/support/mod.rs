@@ -1393,6 +1393,8 @@ impl Drop for Zgix {
 /// What every config of the suite gets unless it says otherwise:
 /// - `"via": false`, so the many tests that compare forwarded heads byte for
 ///   byte see only what they are about (the Via tests set `via` themselves);
+/// - `"request_id": false` on every listener's `http`, for the same reason
+///   (proxy/tests/request_id.rs sets it);
 /// - the socket driver `ZGIX_TEST_DRIVER` (`uring` or `epoll`, as CI sets it);
 ///   unset, zgix's default applies.
 pub fn with_test_defaults(json: &str) -> String {
@@ -1402,6 +1404,17 @@ pub fn with_test_defaults(json: &str) -> String {
     let driver = std::env::var("ZGIX_TEST_DRIVER").ok();
     if let Some(obj) = v.as_object_mut() {
         obj.entry("via").or_insert(serde_json::Value::Bool(false));
+        // Like Via, the request ID (a random X-Request-ID by default) is off
+        // unless a test asks for it, so exact heads stay exact.
+        if let Some(ls) = obj.get_mut("listeners").and_then(|l| l.as_array_mut()) {
+            for http in ls
+                .iter_mut()
+                .filter_map(|l| l.get_mut("http")?.as_object_mut())
+            {
+                http.entry("request_id")
+                    .or_insert(serde_json::Value::Bool(false));
+            }
+        }
         if let Some(driver) = driver {
             let io = obj
                 .entry("io")

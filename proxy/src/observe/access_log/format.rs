@@ -102,6 +102,14 @@ fn text(
         }
         None => out.extend_from_slice(b" - - - -"),
     }
+    // request_id, unquoted (1 to 128 visible ASCII bytes: no space; a `"` or
+    // `\` escaped all the same), `-` for none.
+    out.push(b' ');
+    if r.request_id.is_empty() {
+        out.push(b'-');
+    } else {
+        escape_text(out, r.request_id.as_bytes());
+    }
 }
 
 fn listener_name<'a>(rt: &'a dyn Names, r: &Record) -> &'a str {
@@ -201,6 +209,11 @@ fn json(
             b",\"tls_version\":null,\"tls_cipher\":null,\"sni\":null,\"tls_resumed\":null",
         ),
     }
+    out.extend_from_slice(b",\"request_id\":");
+    json_opt(
+        out,
+        (!r.request_id.is_empty()).then(|| r.request_id.as_bytes()),
+    );
     out.push(b'}');
 }
 

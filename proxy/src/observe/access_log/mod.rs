@@ -84,6 +84,9 @@ pub struct Record {
     pub decision: Decision,
     /// What the TLS handshake settled; `None` on a plaintext listener.
     pub tls: Option<TlsFacts>,
+    /// `X-Request-ID` (`listeners[].http.request_id`); empty when off or
+    /// before the head was read.
+    pub request_id: crate::observe::request_id::RequestId,
 }
 
 /// The TLS fields of an access-log line (the SNI rides in [`Target`]).
@@ -116,6 +119,7 @@ impl Record {
             retries: 0,
             tls: None,
             decision: Decision::Forwarded,
+            request_id: Default::default(),
         }
     }
 }

@@ -39,6 +39,7 @@ fn forwarded() -> Record {
         retries: 1,
         decision: Decision::Forwarded,
         tls: None,
+        request_id: Default::default(),
     }
 }
 
@@ -60,7 +61,7 @@ fn text_line_is_combined_log_style() {
     let rt = runtime(|_| {});
     assert_eq!(
         line(&rt, AccessLogFormat::Text, true, &forwarded(), &GET),
-        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" 200 78 1234 1.500 \"127.0.0.1:9000\" 1.234 1 \"forwarded\" - - - -\n"
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" 200 78 1234 1.500 \"127.0.0.1:9000\" 1.234 1 \"forwarded\" - - - - -\n"
     );
     // Query dropped by config; a refusal has no upstream; control bytes and
     // non-ASCII are escaped so the line stays one line.
@@ -80,7 +81,7 @@ fn text_line_is_combined_log_style() {
     };
     assert_eq!(
         line(&rt, AccessLogFormat::Text, false, &r, &t),
-        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /\\x0A\\xFF\\\\ HTTP/1.1\" 400 78 1234 1.500 - - 0 \"bad_request:bad_framing\" - - - -\n"
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /\\x0A\\xFF\\\\ HTTP/1.1\" 400 78 1234 1.500 - - 0 \"bad_request:bad_framing\" - - - - -\n"
     );
     // No request line understood: the request field is "-".
     let r = Record { version: None, ..r };
@@ -93,7 +94,10 @@ fn text_line_is_combined_log_style() {
         ..r
     };
     let l = line(&rt, AccessLogFormat::Text, true, &r, &GET);
-    assert!(l.ends_with(" \"filter:old \\\"api\\\"\" - - - -\n"), "{l}");
+    assert!(
+        l.ends_with(" \"filter:old \\\"api\\\"\" - - - - -\n"),
+        "{l}"
+    );
 }
 
 fn parsed(l: &str) -> serde_json::Value {
@@ -121,7 +125,7 @@ fn tls_fields_close_the_line_in_both_formats() {
     };
     let l = line(&rt, AccessLogFormat::Text, true, &r, &t);
     assert!(
-        l.ends_with(" \"forwarded\" TLSv1.3 TLS13_AES_128_GCM_SHA256 site.example 1\n"),
+        l.ends_with(" \"forwarded\" TLSv1.3 TLS13_AES_128_GCM_SHA256 site.example 1 -\n"),
         "{l}"
     );
     let v = parsed(&line(&rt, AccessLogFormat::Json, true, &r, &t));
@@ -131,7 +135,21 @@ fn tls_fields_close_the_line_in_both_formats() {
     assert_eq!(v["tls_resumed"], true);
     let no_sni = Target { sni: None, ..GET };
     let l = line(&rt, AccessLogFormat::Text, true, &r, &no_sni);
-    assert!(l.ends_with(" TLS13_AES_128_GCM_SHA256 - 1\n"), "{l}");
+    assert!(l.ends_with(" TLS13_AES_128_GCM_SHA256 - 1 -\n"), "{l}");
+}
+
+#[test]
+fn the_request_id_closes_the_line_in_both_formats() {
+    let rt = runtime(|_| {});
+    let mut r = forwarded();
+    r.request_id.choose(
+        zgix_config::RequestIdMode::Generate,
+        [&b"req-\"7\""[..]].into_iter(),
+    );
+    let l = line(&rt, AccessLogFormat::Text, true, &r, &GET);
+    assert!(l.ends_with(" - - - - req-\\\"7\\\"\n"), "{l}");
+    let v = parsed(&line(&rt, AccessLogFormat::Json, true, &r, &GET));
+    assert_eq!(v["request_id"], "req-\"7\"");
 }
 
 #[test]
@@ -144,7 +162,8 @@ fn json_line_parses_with_every_field() {
         "version": "HTTP/1.1", "status": 200, "bytes_in": 78, "bytes_out": 1234,
         "duration_ms": 1.5, "upstream": "127.0.0.1:9000", "upstream_ms": 1.234,
         "retries": 1, "decision": "forwarded",
-        "tls_version": null, "tls_cipher": null, "sni": null, "tls_resumed": null
+        "tls_version": null, "tls_cipher": null, "sni": null, "tls_resumed": null,
+        "request_id": null
     });
     assert_eq!(v, want);
 
