@@ -212,11 +212,13 @@ impl Conn {
         let (li, ip, peer, rx) = (self.li, self.ip, self.peer, self.client.bytes_read());
         let tx = self.client.bytes_written();
         let tls = self.client.log_facts().0;
+        let h2 = self.client.is_h2();
         let x = self.x();
         let base = &x.cbuf[x.cstart..x.cend];
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
         x.rec.version = Some(x.req.version);
+        x.rec.h2 = h2;
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
         x.rec_query.clear();

@@ -24,6 +24,7 @@ mod admit;
 mod body;
 pub mod client;
 mod forward;
+mod h2;
 pub mod handshake;
 mod head;
 pub mod shard;
@@ -344,6 +345,11 @@ impl Conn {
         if !Box::pin(self.open()).await {
             return;
         }
+        if self.h2_possible() && Box::pin(self.h2_wanted()).await {
+            Box::pin(self.serve_h2()).await;
+            Box::pin(self.close_gracefully()).await;
+            return;
+        }
         let mut first = true;
         loop {
             match self.read_head(first).await {
@@ -538,7 +544,10 @@ impl Conn {
         };
         let started = self.shard.driver.now();
         let c = &self.shard.counters.listeners[self.li];
-        match handshake::accept(self.client.sock(), tls, &early, None).await {
+        let Some(sock) = self.client.sock() else {
+            return false;
+        };
+        match handshake::accept(sock, tls, &early, None).await {
             Ok(t) => {
                 let v = match t.info.version {
                     "TLSv1.2" => 1,

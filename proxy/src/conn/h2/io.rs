@@ -1,0 +1,191 @@
+//! The h2 codec's transport: tokio's `AsyncRead`/`AsyncWrite` over a client connection (plain or TLS), with one read and one write in flight at a time, each a boxed future over the connection; outgoing frames are scanned for the RST_STREAM and GOAWAY codes zgix sends (RFC 9113 §6.4, §6.8), which the refusal counters count.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::conn::client::ClientConn;
+use crate::conn::is_timeout;
+
+/// Bytes read from the connection per read.
+const READ_BYTES: usize = 16 * 1024;
+/// Frames buffered before a write must finish first.
+const WRITE_BUFFER: usize = 64 * 1024;
+
+type ReadFut<'a> = Pin<Box<dyn Future<Output = (Vec<u8>, io::Result<usize>)> + 'a>>;
+type WriteFut<'a> = Pin<Box<dyn Future<Output = (Vec<u8>, io::Result<()>)> + 'a>>;
+
+/// What the codec's connection shares with the adapter.
+#[derive(Default)]
+pub(super) struct Shared {
+    /// Streams being served: while there are some, a read timeout on the
+    /// connection is not its end (the client may just be waiting).
+    pub busy: Cell<usize>,
+    /// Error codes of RST_STREAM and GOAWAY frames sent, for the counters.
+    pub sent: crate::conn::h2::frames::SentCodes,
+}
+
+pub(super) struct Io<'a> {
+    conn: &'a ClientConn,
+    shared: Rc<Shared>,
+    /// Bytes read before the codec started (the preface, on prior knowledge).
+    early: Vec<u8>,
+    early_pos: usize,
+    rbuf: Vec<u8>,
+    rpos: usize,
+    reading: Option<ReadFut<'a>>,
+    wbuf: Vec<u8>,
+    wspare: Vec<u8>,
+    writing: Option<WriteFut<'a>>,
+    scan: crate::conn::h2::frames::Scanner,
+}
+
+impl<'a> Io<'a> {
+    pub fn new(conn: &'a ClientConn, early: Vec<u8>, shared: Rc<Shared>) -> Io<'a> {
+        Io {
+            conn,
+            shared,
+            early,
+            early_pos: 0,
+            rbuf: Vec::new(),
+            rpos: 0,
+            reading: None,
+            wbuf: Vec::new(),
+            wspare: Vec::new(),
+            writing: None,
+            scan: Default::default(),
+        }
+    }
+
+    /// Polls the write in flight; its buffer comes back for reuse.
+    fn poll_writing(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(f) = self.writing.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        match f.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready((mut v, r)) => {
+                self.writing = None;
+                v.clear();
+                self.wspare = v;
+                Poll::Ready(r)
+            }
+        }
+    }
+
+    fn start_write(&mut self) {
+        let v = std::mem::replace(&mut self.wbuf, std::mem::take(&mut self.wspare));
+        let c = self.conn;
+        self.writing = Some(Box::pin(async move {
+            let r = c.write_all(&v).await;
+            (v, r)
+        }));
+    }
+}
+
+impl AsyncRead for Io<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        if me.early_pos < me.early.len() {
+            let n = (me.early.len() - me.early_pos).min(out.remaining());
+            out.put_slice(&me.early[me.early_pos..me.early_pos + n]);
+            me.early_pos += n;
+            if me.early_pos == me.early.len() {
+                me.early = Vec::new();
+            }
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if me.rpos < me.rbuf.len() {
+                let n = (me.rbuf.len() - me.rpos).min(out.remaining());
+                out.put_slice(&me.rbuf[me.rpos..me.rpos + n]);
+                me.rpos += n;
+                return Poll::Ready(Ok(()));
+            }
+            let fut = me.reading.get_or_insert_with(|| {
+                let mut b = std::mem::take(&mut me.rbuf);
+                let c = me.conn;
+                Box::pin(async move {
+                    b.resize(READ_BYTES, 0);
+                    let r = c.read(&mut b).await;
+                    (b, r)
+                })
+            });
+            let (mut b, r) = match fut.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(v) => v,
+            };
+            me.reading = None;
+            match r {
+                Ok(n) => {
+                    b.truncate(n);
+                    me.rbuf = b;
+                    me.rpos = 0;
+                    if n == 0 {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                // Streams are in flight: an idle client is waiting for them.
+                Err(e) if is_timeout(&e) && me.shared.busy.get() > 0 => {
+                    b.clear();
+                    me.rbuf = b;
+                    me.rpos = 0;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Io<'_> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = &mut *self;
+        if me.wbuf.len() >= WRITE_BUFFER {
+            match me.poll_writing(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            me.start_write();
+            if let Poll::Ready(Err(e)) = me.poll_writing(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        me.scan.feed(buf, &me.shared.sent);
+        me.wbuf.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        loop {
+            match me.poll_writing(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            if me.wbuf.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            me.start_write();
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The connection closes (TLS close_notify, FIN) once the codec is done.
+        self.poll_flush(cx)
+    }
+}
