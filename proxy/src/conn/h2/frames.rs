@@ -31,6 +31,78 @@ pub(crate) struct SentCodes {
     pub stream_errors: Cell<u64>,
 }
 
+/// PING or SETTINGS frames (not acknowledgements) a client may send within
+/// one second; more is a flood (CVE-2019-9512, CVE-2019-9515), answered
+/// with GOAWAY `ENHANCE_YOUR_CALM`.
+pub const FLOOD_FRAMES: u32 = 100;
+
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+
+/// Which flood a client's frames were.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Flood {
+    Settings,
+    Ping,
+}
+
+/// Counts of the client's PING and SETTINGS frames in the current second.
+pub(crate) struct Inbound {
+    /// Bytes of the preface still to pass (they are not a frame).
+    preface: usize,
+    scan: Scanner,
+    window: Option<std::time::Instant>,
+    pings: u32,
+    settings: u32,
+}
+
+impl Default for Inbound {
+    fn default() -> Self {
+        Inbound {
+            preface: 24,
+            scan: Scanner::default(),
+            window: None,
+            pings: 0,
+            settings: 0,
+        }
+    }
+}
+
+impl Inbound {
+    /// Scans bytes the codec is given; a flood once the counts pass the
+    /// limit within a second of `now`.
+    pub fn feed(&mut self, mut b: &[u8], now: std::time::Instant) -> Option<Flood> {
+        let skip = self.preface.min(b.len());
+        self.preface -= skip;
+        b = &b[skip..];
+        let mut found = None;
+        while !b.is_empty() {
+            let (used, head) = self.scan.step(b);
+            b = &b[used..];
+            let Some((kind, flags)) = head else { continue };
+            if flags & 1 != 0 || (kind != PING && kind != SETTINGS) {
+                continue;
+            }
+            let w = *self.window.get_or_insert(now);
+            if now.saturating_duration_since(w) >= std::time::Duration::from_secs(1) {
+                self.window = Some(now);
+                self.pings = 0;
+                self.settings = 0;
+            }
+            let (n, what) = if kind == PING {
+                (&mut self.pings, Flood::Ping)
+            } else {
+                (&mut self.settings, Flood::Settings)
+            };
+            *n += 1;
+            if *n > FLOOD_FRAMES {
+                found = Some(what);
+            }
+        }
+        found
+    }
+}
+
 /// Where the scanner is in the byte stream of frames.
 #[derive(Default)]
 pub(super) struct Scanner {
@@ -45,6 +117,31 @@ pub(super) struct Scanner {
 }
 
 impl Scanner {
+    /// Passes over the start of `b`, up to the end of a frame header at
+    /// most: the bytes used, and the header's type and flags when it ended.
+    fn step(&mut self, b: &[u8]) -> (usize, Option<(u8, u8)>) {
+        if self.head_len < 9 {
+            let n = (9 - self.head_len).min(b.len());
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&b[..n]);
+            self.head_len += n;
+            if self.head_len < 9 {
+                return (n, None);
+            }
+            let h = &self.head;
+            self.left = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            if self.left == 0 {
+                self.head_len = 0;
+            }
+            return (n, Some((h[3], h[4])));
+        }
+        let n = self.left.min(b.len());
+        self.left -= n;
+        if self.left == 0 {
+            self.head_len = 0;
+        }
+        (n, None)
+    }
+
     pub fn feed(&mut self, mut b: &[u8], codes: &SentCodes) {
         while !b.is_empty() {
             if self.head_len < 9 {
@@ -132,5 +229,27 @@ mod tests {
             assert_eq!(codes.stream_errors.get(), 1, "step {step}");
             assert_eq!(codes.goaway.get(), Some(ENHANCE_YOUR_CALM), "step {step}");
         }
+    }
+
+    #[test]
+    fn a_ping_flood_is_seen_past_the_limit_and_acks_are_not_counted() {
+        let t = std::time::Instant::now();
+        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        bytes.extend_from_slice(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0]);
+        for _ in 0..FLOOD_FRAMES * 2 {
+            // PING acknowledgements: not a flood.
+            bytes.extend_from_slice(&[0, 0, 8, PING, 1, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        }
+        let mut i = Inbound::default();
+        assert_eq!(i.feed(&bytes, t), None);
+        let ping = [0, 0, 8, PING, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        for k in 0..FLOOD_FRAMES {
+            assert_eq!(i.feed(&ping[..5], t), None, "ping {k}");
+            assert_eq!(i.feed(&ping[5..], t), None, "ping {k}");
+        }
+        assert_eq!(i.feed(&ping, t), Some(Flood::Ping));
+        // A second later the count starts again.
+        let later = t + std::time::Duration::from_secs(1);
+        assert_eq!(i.feed(&ping, later), None);
     }
 }

@@ -28,6 +28,8 @@ pub(super) struct Shared {
     pub busy: Cell<usize>,
     /// Error codes of RST_STREAM and GOAWAY frames sent, for the counters.
     pub sent: crate::conn::h2::frames::SentCodes,
+    /// The client flooded PING or SETTINGS frames: nothing more is read.
+    pub flood: Cell<Option<crate::conn::h2::frames::Flood>>,
 }
 
 pub(super) struct Io<'a> {
@@ -43,6 +45,7 @@ pub(super) struct Io<'a> {
     wspare: Vec<u8>,
     writing: Option<WriteFut<'a>>,
     scan: crate::conn::h2::frames::Scanner,
+    inbound: crate::conn::h2::frames::Inbound,
 }
 
 impl<'a> Io<'a> {
@@ -59,6 +62,7 @@ impl<'a> Io<'a> {
             wspare: Vec::new(),
             writing: None,
             scan: Default::default(),
+            inbound: Default::default(),
         }
     }
 
@@ -95,6 +99,26 @@ impl AsyncRead for Io<'_> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
+        if me.shared.flood.get().is_some() {
+            // The connection answers GOAWAY and ends; the rest is not read.
+            return Poll::Pending;
+        }
+        let before = out.filled().len();
+        let r = me.read_some(cx, out);
+        let got = &out.filled()[before..];
+        if !got.is_empty() {
+            if let Some(f) = me.inbound.feed(got, me.conn.now()) {
+                me.shared.flood.set(Some(f));
+                cx.waker().wake_by_ref();
+            }
+        }
+        r
+    }
+}
+
+impl Io<'_> {
+    fn read_some(&mut self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let me = self;
         if me.early_pos < me.early.len() {
             let n = (me.early.len() - me.early_pos).min(out.remaining());
             out.put_slice(&me.early[me.early_pos..me.early_pos + n]);

@@ -56,6 +56,8 @@ enum Refusal {
     FrameSize = 6,
     RefusedStream = 7,
     StreamError = 8,
+    SettingsFlood = 9,
+    PingFlood = 10,
 }
 
 /// What the streams of one connection share with it.
@@ -72,6 +74,7 @@ enum Event {
     /// A stream ended; `true`: the client reset it before its answer.
     StreamDone(bool),
     Drain,
+    Flood(frames::Flood),
     Closed,
     Failed(::h2::Error),
 }
@@ -213,9 +216,13 @@ impl Parent<'_> {
         let mut drain = pin!(drain_shard.shutdown.acquire(1));
         let mut going_away = false;
         let mut resets = (Instant::now(), 0u32);
+        // Refused for a flood or rapid resets: the GOAWAY is counted so.
         let mut rapid = false;
         loop {
             let ev = poll_fn(|cx| {
+                if let (Some(f), false) = (shared.flood.get(), rapid) {
+                    return Poll::Ready(Event::Flood(f));
+                }
                 if let Poll::Ready(Some(reset)) = set.poll_next_unpin(cx) {
                     return Poll::Ready(Event::StreamDone(reset));
                 }
@@ -268,6 +275,16 @@ impl Parent<'_> {
                             shared.sent.goaway.set(None);
                         }
                     }
+                }
+                Event::Flood(f) => {
+                    rapid = true;
+                    going_away = true;
+                    let why = match f {
+                        frames::Flood::Ping => Refusal::PingFlood,
+                        frames::Flood::Settings => Refusal::SettingsFlood,
+                    };
+                    c.h2_refused[why as usize].inc();
+                    conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
                 }
                 Event::Drain => {
                     going_away = true;
@@ -341,6 +358,7 @@ impl Parent<'_> {
                 &parts.method,
                 respond,
             );
+            io.write_timeout.set(Some(shard.rt.timeouts.client_idle));
             let wr = io.writer();
             let mut conn = Conn {
                 shard,

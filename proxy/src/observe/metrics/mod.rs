@@ -155,7 +155,7 @@ pub struct ListenerCounters {
 
 /// The `reason` label of `zgix_h2_refused_total`, by index (what each
 /// means: docs/operations.md, HTTP/2).
-pub const H2_REFUSALS: [&str; 9] = [
+pub const H2_REFUSALS: [&str; 11] = [
     "bad_preface",
     "rapid_reset",
     "calm",
@@ -165,6 +165,8 @@ pub const H2_REFUSALS: [&str; 9] = [
     "frame_size",
     "refused_stream",
     "stream_error",
+    "settings_flood",
+    "ping_flood",
 ];
 
 /// The `result` label of `zgix_tls_handshakes_total`, by index.
