@@ -264,10 +264,26 @@ impl Frame {
     }
 }
 
-/// A client that writes frames by hand.
+/// A client that writes frames by hand; a thread reads the server's frames
+/// as they come (so a GOAWAY is seen even while the client still writes).
 pub struct Raw {
     pub s: TcpStream,
     pub sent: usize,
+    frames: std::sync::mpsc::Receiver<Frame>,
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<Frame> {
+    let mut h = [0u8; 9];
+    s.read_exact(&mut h).ok()?;
+    let n = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+    let mut payload = vec![0; n];
+    s.read_exact(&mut payload).ok()?;
+    Some(Frame {
+        kind: h[3],
+        flags: h[4],
+        id: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+        payload,
+    })
 }
 
 impl Raw {
@@ -280,11 +296,21 @@ impl Raw {
         r
     }
 
+    /// Connects; nothing sent yet.
     pub fn bare(addr: SocketAddr) -> Raw {
         let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(WAIT)).unwrap();
         s.set_write_timeout(Some(WAIT)).unwrap();
-        Raw { s, sent: 0 }
+        let mut rd = s.try_clone().unwrap();
+        rd.set_read_timeout(Some(WAIT * 2)).unwrap();
+        let (tx, frames) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while let Some(f) = read_frame(&mut rd) {
+                if tx.send(f).is_err() {
+                    break;
+                }
+            }
+        });
+        Raw { s, sent: 0, frames }
     }
 
     pub fn write(&mut self, b: &[u8]) -> bool {
@@ -313,35 +339,17 @@ impl Raw {
         self.frame(RST_STREAM, 0, id, &code.to_be_bytes())
     }
 
-    /// The next frame; `None` at EOF or after the wait.
-    pub fn read_frame(&mut self) -> Option<Frame> {
-        let mut h = [0u8; 9];
-        self.s.read_exact(&mut h).ok()?;
-        let n = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-        let mut payload = vec![0; n];
-        self.s.read_exact(&mut payload).ok()?;
-        Some(Frame {
-            kind: h[3],
-            flags: h[4],
-            id: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
-            payload,
-        })
-    }
-
-    /// Reads frames (acknowledging SETTINGS) until `f` picks one; `None` when
-    /// the connection ended first.
+    /// The next frame `f` picks; `None` when the connection ended first or
+    /// nothing came within the wait.
     pub fn until(&mut self, mut f: impl FnMut(&Frame) -> bool) -> Option<Frame> {
         let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            let fr = self.read_frame()?;
-            if fr.kind == SETTINGS && fr.flags & 1 == 0 {
-                self.frame(SETTINGS, 1, 0, &[]);
-            }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let fr = self.frames.recv_timeout(left).ok()?;
             if f(&fr) {
                 return Some(fr);
             }
         }
-        None
     }
 
     /// The GOAWAY the server sends next (other frames skipped).
@@ -349,9 +357,8 @@ impl Raw {
         self.until(|f| f.kind == GOAWAY)
     }
 
-    /// The status of the response HEADERS on stream `id` (a literal or an
-    /// indexed `:status` of the static table, RFC 7541 Appendix A), or the
-    /// RST_STREAM code as `Err`.
+    /// The response HEADERS' status on stream `id` (0 when Huffman-coded),
+    /// or the RST_STREAM code as `Err`.
     pub fn answer(&mut self, id: u32) -> Option<Result<u16, u32>> {
         let f = self.until(|f| f.id == id && (f.kind == HEADERS || f.kind == RST_STREAM))?;
         if f.kind == RST_STREAM {
@@ -360,19 +367,27 @@ impl Raw {
         Some(Ok(status_of(&f.payload)))
     }
 
-    /// Whether the server closed the connection (EOF) within the wait.
+    /// Waits for the end of stream `id`'s answer (a frame with END_STREAM,
+    /// or its reset).
+    pub fn answer_end(&mut self, id: u32) -> Option<Frame> {
+        self.until(|f| {
+            f.id == id
+                && ((f.kind == DATA || f.kind == HEADERS) && f.flags & END_STREAM != 0
+                    || f.kind == RST_STREAM)
+        })
+    }
+
+    /// Whether the server closed the connection within the wait.
     pub fn closed(&mut self) -> bool {
-        let mut b = [0u8; 4096];
         let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            match self.s.read(&mut b) {
-                Ok(0) => return true,
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.frames.recv_timeout(left) {
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-                Err(_) => return false,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return true,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
             }
         }
-        false
     }
 }
 
@@ -397,4 +412,20 @@ pub fn status_of(block: &[u8]) -> u16 {
         }
         _ => 0,
     }
+}
+
+/// A config with one plain prior-knowledge listener `h2c` (`http2` fields
+/// added) and an admin endpoint; `top` adds top-level fields.
+pub fn h2c_config(origin: SocketAddr, http2: &str, top: &str) -> String {
+    format!(
+        r#"{{"cpus": [0], "admin": {{"bind": "127.0.0.1:0"}}{top},
+            "listeners": [{{"bind": "127.0.0.1:0", "name": "h2c",
+                "http2": {{"prior_knowledge": true{http2}}}, "http": {{"cluster": "c"}}}}],
+            "clusters": {{"c": {{"endpoints": ["{origin}"]}}}}}}"#
+    )
+}
+
+/// The `zgix_h2_refused_total` series of listener `h2c` for `reason`.
+pub fn refused(reason: &str) -> String {
+    format!("zgix_h2_refused_total{{listener=\"h2c\",reason=\"{reason}\"}}")
 }

@@ -101,11 +101,13 @@ impl Conn {
             }
             let x = self.x.as_mut().expect("held");
             let have = &x.cbuf[x.cstart..x.cend];
-            let n = have.len().min(PREFACE.len());
+            // "PRI " is no HTTP/1.1 method zgix forwards: the rest of the
+            // preface is the codec's to check (and answer GOAWAY).
+            let n = have.len().min(4);
             if have[..n] != PREFACE[..n] {
                 return false;
             }
-            if n >= 4 {
+            if n == 4 {
                 return true;
             }
             let left = deadline.saturating_duration_since(shard.driver.now());
