@@ -162,7 +162,7 @@ pub fn h2load(args: &[&str]) -> ([u64; 4], u64, String) {
         if let Some(rest) = l.strip_prefix("requests: ") {
             for part in rest.split(", ") {
                 if let Some(n) = part.strip_suffix(" errored") {
-                    failed = failed.min(0) + n.parse::<u64>().unwrap();
+                    failed = n.parse::<u64>().unwrap();
                 }
                 if let Some(n) = part.strip_suffix(" timeout") {
                     failed = failed.saturating_add(n.parse().unwrap());
