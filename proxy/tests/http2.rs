@@ -232,3 +232,48 @@ fn each_stream_spends_a_rate_token_and_meets_the_waf_on_one_connection() {
         "{m}"
     );
 }
+
+#[test]
+fn a_drain_sends_goaway_with_the_last_stream_finishes_it_then_closes() {
+    let o = Origin::start();
+    let mut z = Zgix::start_json(&h2c_config(o.addr(), "", ""));
+    let streams = "zgix_h2_streams_total{listener=\"h2c\"}";
+    let mut c = Raw::open(z.addr());
+    // A stream in flight: its body is still to come.
+    let mut post = Vec::new();
+    lit(&mut post, b":method", b"POST");
+    lit(&mut post, b":scheme", b"http");
+    lit(&mut post, b":path", b"/echo");
+    lit(&mut post, b":authority", b"site.example");
+    lit(&mut post, b"content-length", b"4");
+    c.headers(1, &post, false);
+    assert_eq!(wait_series(&z, streams, 1.0), 1.0);
+    z.signal("TERM");
+    // GOAWAY (RFC 9113 §6.8: first with the highest id and a PING, then,
+    // once the PING is answered, with the last stream zgix took).
+    let last = loop {
+        let f = c
+            .until(|f| f.kind == GOAWAY || (f.kind == PING && f.flags & 1 == 0))
+            .expect("a GOAWAY");
+        if f.kind == PING {
+            c.frame(PING, 1, 0, &f.payload);
+            continue;
+        }
+        assert_eq!(f.code(), 0, "NO_ERROR");
+        if f.last_stream() < 0x7fff_ffff {
+            break f.last_stream();
+        }
+    };
+    assert_eq!(last, 1);
+    // The stream finishes after the GOAWAY.
+    c.frame(DATA, END_STREAM, 1, b"ping");
+    assert_eq!(c.answer(1), Some(Ok(200)));
+    let end = c.answer_end(1).expect("the answer ends");
+    assert_eq!((end.kind, end.payload.as_slice()), (DATA, &b"ping"[..]));
+    assert!(
+        c.closed(),
+        "the connection closes once its streams are done"
+    );
+    let status = z.wait_exit(WAIT).expect("zgix exits after the drain");
+    assert_eq!(status.code(), Some(0), "{}", z.stderr());
+}
