@@ -66,8 +66,8 @@ fn rapid_reset_gets_goaway_enhance_your_calm() {
     let block = get_block("/hang");
     let mut batch = Vec::new();
     let mut id = 1;
-    let mut goaway = None;
-    // Streams opened and reset at once, in batches, until zgix says stop.
+    // Streams opened and reset at once, in batches, until zgix stops
+    // reading (the reader thread keeps what it says meanwhile).
     for _ in 0..50 {
         batch.clear();
         for _ in 0..100 {
@@ -83,18 +83,20 @@ fn rapid_reset_gets_goaway_enhance_your_calm() {
         if !c.write(&batch) {
             break;
         }
-        goaway = c.until(|f| f.kind == GOAWAY || f.kind == PING);
-        if goaway.is_some() {
-            break;
-        }
     }
-    let g = goaway.or_else(|| c.goaway()).expect("a GOAWAY");
+    let g = c.goaway().expect("a GOAWAY");
     assert_eq!(g.code(), ENHANCE_YOUR_CALM);
     assert!(c.closed());
     let m = support::metrics_text(&z);
     let n = support::series(&m, &refused("rapid_reset")) + support::series(&m, &refused("calm"));
     assert_eq!(n, 1.0, "{m}");
-    assert!(id < 50 * 200, "stopped after {} streams", id / 2);
+    // Each stream zgix took may have cost an upstream request; the limit
+    // bounds how many.
+    assert!(
+        o.accepted() <= 1000,
+        "{} upstream connections",
+        o.accepted()
+    );
     still_serves(&z);
 }
 
