@@ -86,6 +86,13 @@ cat >"$tmp/zgix.json" <<JSON
 JSON
 "$zgix_bin" --config "$tmp/zgix.json" >"$tmp/zgix.log" 2>&1 &
 zgix_pid=$!; pids+=("$zgix_pid")
+# `http2 on` is nginx 1.25.1 and later; before, `listen ... http2` (Debian 12 has 1.22).
+nginx_version="$(nginx -v 2>&1 | sed -n 's|.*nginx/\([0-9.]*\).*|\1|p')"
+if printf '%s\n1.25.1\n' "$nginx_version" | sort -V -C; then
+    nginx_listen="listen 127.0.0.1:$nginx_port ssl http2;" nginx_h2=""
+else
+    nginx_listen="listen 127.0.0.1:$nginx_port ssl;" nginx_h2="http2 on;"
+fi
 cat >"$tmp/nginx.conf" <<CONF
 daemon off; master_process on; worker_processes 1; worker_cpu_affinity 01;
 pid $tmp/nginx.pid; error_log $tmp/nginx.err warn;
@@ -94,7 +101,7 @@ http {
   access_log off;
   upstream o { server 127.0.0.1:$origin_port; keepalive 64; }
   server {
-    listen 127.0.0.1:$nginx_port ssl; http2 on;
+    $nginx_listen $nginx_h2
     ssl_certificate $tmp/c.pem; ssl_certificate_key $tmp/k.pem;
     http2_max_concurrent_streams 128;
     keepalive_requests 1000000;

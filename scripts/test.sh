@@ -8,6 +8,7 @@
 #   kill(1)            (Debian package procps)       signals the zgix under test
 #   curl, openssl      (Debian packages curl, openssl) real TLS clients of the TLS tests
 #   redis-server       (Debian package redis-server) the fleet tests' shared Redis
+#   h2load             (Debian package nghttp2-client) the HTTP/2 tests' load client
 # As root, missing ones are installed with apt-get; otherwise the script stops
 # and names the packages to install.
 set -euo pipefail
@@ -18,6 +19,7 @@ missing=()
 { [ -x /bin/kill ] || [ -x /usr/bin/kill ]; } || missing+=(procps)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
