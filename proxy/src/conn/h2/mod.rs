@@ -168,7 +168,7 @@ impl Conn {
         let mut parent = Parent {
             shard: self.shard.clone(),
             li,
-            conn_id: self,
+            conn: self,
         };
         parent.run(conn, &shared).await;
         count_sent(&shard.counters.listeners[li], &shared.sent);
@@ -179,7 +179,7 @@ impl Conn {
 struct Parent<'a> {
     shard: Rc<shard::Shard>,
     li: usize,
-    conn_id: &'a Conn,
+    conn: &'a Conn,
 }
 
 /// Adds the codes the scanner saw to the listener's counters.
@@ -331,7 +331,7 @@ impl Parent<'_> {
         req: http::Request<RecvStream>,
         respond: SendResponse<Bytes>,
     ) -> impl Future<Output = bool> + 'static {
-        let parent = self.conn_id;
+        let parent = self.conn;
         let shard = self.shard.clone();
         let li = self.li;
         let (peer, ip, id) = (parent.peer, parent.ip, parent.id);

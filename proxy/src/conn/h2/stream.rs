@@ -491,3 +491,54 @@ impl Writer {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(b: http::request::Builder) -> http::request::Parts {
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_request_becomes_an_http11_head_with_host_one_cookie_and_chunked_framing() {
+        let p = parts(
+            http::Request::builder()
+                .method("POST")
+                .uri("https://site.example:8443/a?b=c")
+                .header("host", "other.example")
+                .header("cookie", "a=1")
+                .header("cookie", "b=2")
+                .header("te", "trailers")
+                .header("x-k", "v"),
+        );
+        let mut out = Vec::new();
+        assert!(
+            render_request(&p, true, &mut out).unwrap(),
+            "no length: chunked"
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /a?b=c HTTP/1.1\r\nhost: site.example:8443\r\nx-k: v\r\n\
+             cookie: a=1; b=2\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        let p = parts(
+            http::Request::builder()
+                .uri("http://h/")
+                .header("content-length", "3"),
+        );
+        let mut out = Vec::new();
+        assert!(
+            !render_request(&p, true, &mut out).unwrap(),
+            "a length stays"
+        );
+        let p = parts(
+            http::Request::builder()
+                .uri("/")
+                .header("connection", "close"),
+        );
+        assert!(render_request(&p, false, &mut Vec::new()).is_err());
+        let p = parts(http::Request::builder().uri("/").header("te", "gzip"));
+        assert!(render_request(&p, false, &mut Vec::new()).is_err());
+    }
+}
