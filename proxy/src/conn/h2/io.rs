@@ -17,6 +17,53 @@ const READ_BYTES: usize = 16 * 1024;
 /// Frames buffered before a write must finish first.
 const WRITE_BUFFER: usize = 64 * 1024;
 
+/// Buffers a shard keeps for its HTTP/2 connections' reads and writes
+/// between uses: an idle connection holds none.
+const POOLED: usize = 64;
+
+thread_local! {
+    static BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// Read buffers, kept at their full length (no zeroing per read).
+    static READS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn take_read() -> Vec<u8> {
+    READS
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0; READ_BYTES])
+}
+
+fn put_read(b: Vec<u8>) {
+    if b.len() == READ_BYTES {
+        READS.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < POOLED {
+                p.push(b);
+            }
+        });
+    }
+}
+
+fn take_buffer() -> Vec<u8> {
+    BUFFERS.with(|p| p.borrow_mut().pop()).unwrap_or_default()
+}
+
+fn put_buffer(mut b: Vec<u8>) {
+    if b.capacity() == 0 || b.capacity() > 4 * WRITE_BUFFER {
+        return;
+    }
+    b.clear();
+    BUFFERS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOLED {
+            p.push(b);
+        }
+    });
+}
+
 type ReadFut<'a> = Pin<Box<dyn Future<Output = (Vec<u8>, io::Result<usize>)> + 'a>>;
 type WriteFut<'a> = Pin<Box<dyn Future<Output = (Vec<u8>, io::Result<()>)> + 'a>>;
 
@@ -39,10 +86,10 @@ pub(super) struct Io<'a> {
     early: Vec<u8>,
     early_pos: usize,
     rbuf: Vec<u8>,
+    rlen: usize,
     rpos: usize,
     reading: Option<ReadFut<'a>>,
     wbuf: Vec<u8>,
-    wspare: Vec<u8>,
     writing: Option<WriteFut<'a>>,
     scan: crate::conn::h2::frames::Scanner,
     inbound: crate::conn::h2::frames::Inbound,
@@ -56,10 +103,10 @@ impl<'a> Io<'a> {
             early,
             early_pos: 0,
             rbuf: Vec::new(),
+            rlen: 0,
             rpos: 0,
             reading: None,
             wbuf: Vec::new(),
-            wspare: Vec::new(),
             writing: None,
             scan: Default::default(),
             inbound: Default::default(),
@@ -73,17 +120,20 @@ impl<'a> Io<'a> {
         };
         match f.as_mut().poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready((mut v, r)) => {
+            Poll::Ready((v, r)) => {
                 self.writing = None;
-                v.clear();
-                self.wspare = v;
+                put_buffer(v);
+                if self.wbuf.is_empty() {
+                    // Nothing more to send: an idle connection keeps no buffer.
+                    put_buffer(std::mem::take(&mut self.wbuf));
+                }
                 Poll::Ready(r)
             }
         }
     }
 
     fn start_write(&mut self) {
-        let v = std::mem::replace(&mut self.wbuf, std::mem::take(&mut self.wspare));
+        let v = std::mem::take(&mut self.wbuf);
         let c = self.conn;
         self.writing = Some(Box::pin(async move {
             let r = c.write_all(&v).await;
@@ -129,41 +179,44 @@ impl Io<'_> {
             return Poll::Ready(Ok(()));
         }
         loop {
-            if me.rpos < me.rbuf.len() {
-                let n = (me.rbuf.len() - me.rpos).min(out.remaining());
+            if me.rpos < me.rlen {
+                let n = (me.rlen - me.rpos).min(out.remaining());
                 out.put_slice(&me.rbuf[me.rpos..me.rpos + n]);
                 me.rpos += n;
+                if me.rpos == me.rlen {
+                    put_read(std::mem::take(&mut me.rbuf));
+                    (me.rpos, me.rlen) = (0, 0);
+                }
                 return Poll::Ready(Ok(()));
             }
             let fut = me.reading.get_or_insert_with(|| {
-                let mut b = std::mem::take(&mut me.rbuf);
                 let c = me.conn;
                 Box::pin(async move {
-                    b.resize(READ_BYTES, 0);
+                    // No buffer is held while the connection idles.
+                    if let Err(e) = c.readable().await {
+                        return (Vec::new(), Err(e));
+                    }
+                    let mut b = take_read();
                     let r = c.read(&mut b).await;
                     (b, r)
                 })
             });
-            let (mut b, r) = match fut.as_mut().poll(cx) {
+            let (b, r) = match fut.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(v) => v,
             };
             me.reading = None;
             match r {
+                Ok(0) => {
+                    put_read(b);
+                    return Poll::Ready(Ok(()));
+                }
                 Ok(n) => {
-                    b.truncate(n);
                     me.rbuf = b;
-                    me.rpos = 0;
-                    if n == 0 {
-                        return Poll::Ready(Ok(()));
-                    }
+                    (me.rpos, me.rlen) = (0, n);
                 }
                 // Streams are in flight: an idle client is waiting for them.
-                Err(e) if is_timeout(&e) && me.shared.busy.get() > 0 => {
-                    b.clear();
-                    me.rbuf = b;
-                    me.rpos = 0;
-                }
+                Err(e) if is_timeout(&e) && me.shared.busy.get() > 0 => put_read(b),
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
@@ -189,6 +242,9 @@ impl AsyncWrite for Io<'_> {
             }
         }
         me.scan.feed(buf, &me.shared.sent);
+        if me.wbuf.capacity() == 0 {
+            me.wbuf = take_buffer();
+        }
         me.wbuf.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
     }
