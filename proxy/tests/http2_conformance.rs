@@ -50,39 +50,75 @@ const ES: u8 = END_STREAM;
 const PRIORITY: u8 = 0x2;
 const PUSH_PROMISE: u8 = 0x5;
 
-fn cases() -> Vec<(&'static str, Vec<Vec<u8>>, Want)> {
-    let ping = f(PING, 0, 0, b"h2spec!!");
-    let mut fields_pseudo_after = Vec::new();
-    lit(&mut fields_pseudo_after, b":method", b"GET");
-    lit(&mut fields_pseudo_after, b":scheme", b"http");
-    lit(&mut fields_pseudo_after, b"x-a", b"1");
-    lit(&mut fields_pseudo_after, b":path", b"/");
-    let with = |extra: &[(&[u8], &[u8])]| {
-        let mut b = req("/");
-        for (n, v) in extra {
+type Case = (&'static str, Vec<Vec<u8>>, Want);
+
+/// Blocks and frames the cases share.
+struct Kit {
+    ping: Vec<u8>,
+    fields_pseudo_after: Vec<u8>,
+    big: Vec<u8>,
+    continuation: (Vec<u8>, Vec<u8>),
+}
+
+impl Kit {
+    fn new() -> Kit {
+        let mut fields_pseudo_after = Vec::new();
+        lit(&mut fields_pseudo_after, b":method", b"GET");
+        lit(&mut fields_pseudo_after, b":scheme", b"http");
+        lit(&mut fields_pseudo_after, b"x-a", b"1");
+        lit(&mut fields_pseudo_after, b":path", b"/");
+        let b = req("/");
+        Kit {
+            ping: f(PING, 0, 0, b"h2spec!!"),
+            fields_pseudo_after,
+            big: vec![0u8; 16_385],
+            continuation: (b[..10].to_vec(), b[10..].to_vec()),
+        }
+    }
+}
+
+/// A GET with `extra` fields after the pseudo-headers.
+fn with(extra: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut b = req("/");
+    for (n, v) in extra {
+        lit(&mut b, n, v);
+    }
+    b
+}
+
+/// A GET without the pseudo-header `skip`.
+fn without(skip: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in [
+        (&b":method"[..], &b"GET"[..]),
+        (b":scheme", b"http"),
+        (b":path", b"/"),
+        (b":authority", b"site.example"),
+    ] {
+        if n != skip {
             lit(&mut b, n, v);
         }
-        b
-    };
-    let without = |skip: &[u8]| {
-        let mut b = Vec::new();
-        for (n, v) in [
-            (&b":method"[..], &b"GET"[..]),
-            (b":scheme", b"http"),
-            (b":path", b"/"),
-            (b":authority", b"site.example"),
-        ] {
-            if n != skip {
-                lit(&mut b, n, v);
-            }
-        }
-        b
-    };
-    let big = vec![0u8; 16_385];
-    let continuation = {
-        let b = req("/");
-        (b[..10].to_vec(), b[10..].to_vec())
-    };
+    }
+    b
+}
+
+fn cases() -> Vec<Case> {
+    let k = Kit::new();
+    [frames(&k), states(&k), types(&k), headers(&k), messages(&k)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// §4 frame format, size and header compression.
+fn frames(k: &Kit) -> Vec<Case> {
+    let Kit {
+        ping,
+        fields_pseudo_after,
+        big,
+        continuation,
+    } = k;
+    let _ = (ping, fields_pseudo_after, big, continuation);
     vec![
         // §4.1 frame format: unknown types and flags are ignored.
         (
@@ -138,6 +174,19 @@ fn cases() -> Vec<(&'static str, Vec<Vec<u8>>, Want)> {
             ],
             Want::Conn(&[PROTOCOL_ERROR]),
         ),
+    ]
+}
+
+/// §5 stream states, identifiers and extensions; §6.1–§6.4.
+fn states(k: &Kit) -> Vec<Case> {
+    let Kit {
+        ping,
+        fields_pseudo_after,
+        big,
+        continuation,
+    } = k;
+    let _ = (ping, fields_pseudo_after, big, continuation);
+    vec![
         // §5.1 stream states.
         (
             "5.1/1 DATA on an idle stream",
@@ -255,6 +304,19 @@ fn cases() -> Vec<(&'static str, Vec<Vec<u8>>, Want)> {
             ],
             Want::Conn(&[FRAME_SIZE_ERROR]),
         ),
+    ]
+}
+
+/// §6.5–§6.9: SETTINGS, PING, GOAWAY, WINDOW_UPDATE.
+fn types(k: &Kit) -> Vec<Case> {
+    let Kit {
+        ping,
+        fields_pseudo_after,
+        big,
+        continuation,
+    } = k;
+    let _ = (ping, fields_pseudo_after, big, continuation);
+    vec![
         // §6.5 SETTINGS.
         (
             "6.5/1 SETTINGS ACK with a payload",
@@ -350,6 +412,19 @@ fn cases() -> Vec<(&'static str, Vec<Vec<u8>>, Want)> {
             ],
             Want::Stream(1, &[FLOW_CONTROL_ERROR]),
         ),
+    ]
+}
+
+/// §6.10 CONTINUATION; §8.1 messages and pseudo-headers.
+fn headers(k: &Kit) -> Vec<Case> {
+    let Kit {
+        ping,
+        fields_pseudo_after,
+        big,
+        continuation,
+    } = k;
+    let _ = (ping, fields_pseudo_after, big, continuation);
+    vec![
         // §6.10 CONTINUATION.
         (
             "6.10/1 a header block over CONTINUATION",
@@ -434,6 +509,19 @@ fn cases() -> Vec<(&'static str, Vec<Vec<u8>>, Want)> {
             vec![hdr(1, &fields_pseudo_after, EH | ES)],
             Want::Stream(1, &[PROTOCOL_ERROR]),
         ),
+    ]
+}
+
+/// §8.1.2.2 onwards: connection-specific fields, required pseudo-headers, content-length, push.
+fn messages(k: &Kit) -> Vec<Case> {
+    let Kit {
+        ping,
+        fields_pseudo_after,
+        big,
+        continuation,
+    } = k;
+    let _ = (ping, fields_pseudo_after, big, continuation);
+    vec![
         (
             "8.1.2.2/1 a connection-specific field",
             vec![hdr(1, &with(&[(b"connection", b"keep-alive")]), EH | ES)],
