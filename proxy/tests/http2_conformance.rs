@@ -151,7 +151,7 @@ fn frames(k: &Kit) -> Vec<Case> {
         ),
         (
             "4.2/2 DATA over the frame size",
-            vec![hdr(1, &post(None), EH), f(DATA, ES, 1, &big)],
+            vec![hdr(1, &post(None), EH), f(DATA, ES, 1, big)],
             Want::Stream(1, &[FRAME_SIZE_ERROR]),
         ),
         (
@@ -506,7 +506,7 @@ fn headers(k: &Kit) -> Vec<Case> {
         ),
         (
             "8.1.2.1/4 a pseudo-header after a regular one",
-            vec![hdr(1, &fields_pseudo_after, EH | ES)],
+            vec![hdr(1, fields_pseudo_after, EH | ES)],
             Want::Stream(1, &[PROTOCOL_ERROR]),
         ),
     ]
