@@ -1,6 +1,7 @@
-//! HTTP/2 from clients end to end with real clients (curl, h2load) on loopback: ALPN h2 on a TLS listener and prior knowledge on a plain one, bodies both ways (length, chunked, close-delimited answers), several streams per connection, one rate token and one WAF scan per stream, one access-log line per stream with protocol HTTP/2.0, the connection limit counting connections, and a drain that sends GOAWAY and finishes the streams in flight.
+//! HTTP/2 from clients end to end with real clients (curl, h2load) on loopback: ALPN h2 on a TLS listener and prior knowledge on a plain one, bodies both ways (length, chunked, close-delimited answers), several streams per connection, one rate token and one WAF scan per stream, one access-log line per stream with protocol HTTP/2.0, the connection limit counting connections, a reload that moves an open connection's new streams to the new configuration, and a drain that sends GOAWAY and finishes the streams in flight.
 
 mod http2_support;
+mod lifecycle_support;
 mod support;
 
 use std::process::Command;
@@ -276,4 +277,29 @@ fn a_drain_sends_goaway_with_the_last_stream_finishes_it_then_closes() {
     );
     let status = z.wait_exit(WAIT).expect("zgix exits after the drain");
     assert_eq!(status.code(), Some(0), "{}", z.stderr());
+}
+
+#[test]
+fn after_a_reload_the_new_streams_of_an_open_connection_run_on_the_new_config() {
+    let a = Origin::named("a");
+    let b = Origin::named("b");
+    let port = lifecycle_support::free_port();
+    let conf = |o: &Origin| {
+        format!(
+            r#"{{"cpus": [0], "listeners": [{{"bind": "127.0.0.1:{port}", "name": "h2c",
+                 "http2": {{"prior_knowledge": true}}, "http": {{"cluster": "c"}}}}],
+                 "clusters": {{"c": {{"endpoints": ["{}"]}}}}}}"#,
+            o.addr()
+        )
+    };
+    let p = lifecycle_support::Proc::start(&conf(&a), &[]);
+    let mut c = Raw::open(format!("127.0.0.1:{port}").parse().unwrap());
+    c.headers(1, &get_block("/"), true);
+    assert_eq!(c.answer(1), Some(Ok(200)));
+    c.answer_end(1).expect("stream 1 ends");
+    p.reload(&conf(&b), 1);
+    c.headers(3, &get_block("/"), true);
+    assert_eq!(c.answer(3), Some(Ok(200)));
+    c.answer_end(3).expect("stream 3 ends");
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 1));
 }
