@@ -95,6 +95,14 @@ impl Conn {
         }
         let shard = self.shard.clone();
         let deadline = shard.driver.now() + shard.rt.timeouts.client_header;
+        if self.x.is_none() {
+            // No request state is held before the first byte.
+            self.client
+                .set_read_timeout(Some(shard.rt.timeouts.client_header));
+            if self.client.readable().await.is_err() {
+                return false;
+            }
+        }
         loop {
             if !self.hold_state().await {
                 return false;
