@@ -13,6 +13,7 @@ pub(super) const GOAWAY_PROTOCOL_ERROR: [u8; 17] =
 /// RFC 9113 §7 error codes zgix tells apart.
 pub(super) const PROTOCOL_ERROR: u32 = 0x1;
 pub(super) const FLOW_CONTROL_ERROR: u32 = 0x3;
+pub(super) const STREAM_CLOSED: u32 = 0x5;
 pub(super) const FRAME_SIZE_ERROR: u32 = 0x6;
 pub(super) const REFUSED_STREAM: u32 = 0x7;
 pub(super) const CANCEL: u32 = 0x8;

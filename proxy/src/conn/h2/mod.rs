@@ -201,7 +201,7 @@ fn count_sent(c: &crate::observe::metrics::ListenerCounters, s: &frames::SentCod
             frames::COMPRESSION_ERROR => Refusal::Hpack,
             frames::FLOW_CONTROL_ERROR => Refusal::FlowControl,
             frames::FRAME_SIZE_ERROR => Refusal::FrameSize,
-            frames::PROTOCOL_ERROR => Refusal::Protocol,
+            frames::PROTOCOL_ERROR | frames::STREAM_CLOSED => Refusal::Protocol,
             _ => return,
         };
         r[why as usize].inc();
