@@ -10,6 +10,7 @@
 #   redis-server       (Debian package redis-server) the fleet tests' shared Redis
 #   nginx              (Debian package nginx)        the TLS origin of proxy/tests/tls_upstream.rs
 #   python3            (Debian package python3)      the Python `ssl` client of proxy/tests/tls_hello.rs
+#   h2load             (Debian package nghttp2-client) the HTTP/2 tests' load client
 # As root, missing ones are installed with apt-get; otherwise the script stops
 # and names the packages to install.
 set -euo pipefail
@@ -20,6 +21,7 @@ missing=()
 { [ -x /bin/kill ] || [ -x /usr/bin/kill ]; } || missing+=(procps)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v nginx >/dev/null 2>&1 || missing+=(nginx)

@@ -15,6 +15,7 @@
 mod admission;
 mod error;
 mod filter;
+mod http2;
 mod io;
 mod limits;
 mod load;
@@ -33,6 +34,7 @@ pub use filter::{
     RequestHeaders, Respond, ResponseHeaders, Rewrite, Route, FORBIDDEN_EDIT_HEADERS,
     MAX_FILTER_HEADER_VALUE_BYTES, MAX_RESPOND_BODY_BYTES,
 };
+pub use http2::*;
 pub use io::*;
 pub use limits::*;
 pub use model::{

@@ -64,6 +64,9 @@ pub struct Listener {
     /// TLS termination: absent means plaintext HTTP/1.1.
     #[serde(default)]
     pub tls: Option<crate::tls::ListenerTls>,
+    /// HTTP/2 settings (spoken when ALPN picks `h2`, or with `prior_knowledge`).
+    #[serde(default)]
+    pub http2: crate::http2::Http2,
     /// HTTP/1.1 proxying settings.
     pub http: HttpListener,
     /// Name in metric labels and log lines; absent means the bind address

@@ -16,7 +16,7 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 120_000;
 /// Most certificates on one listener.
 pub const MAX_CERTIFICATES: usize = 256;
 /// ALPN protocol names zgix speaks on a TLS listener.
-pub const ALPN_PROTOCOLS: &[&str] = &["http/1.1"];
+pub const ALPN_PROTOCOLS: &[&str] = &["h2", "http/1.1"];
 
 /// `listeners[].tls`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -42,7 +42,7 @@ pub struct ListenerTls {
 }
 
 fn default_alpn() -> Vec<String> {
-    vec!["http/1.1".into()]
+    vec!["h2".into(), "http/1.1".into()]
 }
 
 fn default_handshake_timeout_ms() -> u64 {
@@ -153,7 +153,7 @@ mod tests {
         let t: ListenerTls =
             serde_json::from_str(r#"{"certificates": [{"cert": "c.pem", "key": "k.pem"}]}"#)
                 .unwrap();
-        assert_eq!(t.alpn, ["http/1.1"]);
+        assert_eq!(t.alpn, ["h2", "http/1.1"]);
         assert_eq!(t.min_version, TlsVersion::Tls12);
         assert_eq!(t.unknown_sni, UnknownSni::Default);
         assert_eq!(t.session_tickets, SessionTickets::Generated);

@@ -165,6 +165,7 @@ impl Validator<'_> {
         if let Some(t) = &l.tls {
             self.listener_tls(&format!("{path}.tls"), t);
         }
+        self.listener_http2(&format!("{path}.http2"), &l.http2, l.tls.is_some());
         if let Some(clients) = &l.clients {
             for (j, net) in clients.allow.iter().enumerate() {
                 self.client_net(&format!("{path}.clients.allow[{j}]"), net);
@@ -708,6 +709,7 @@ fn check_host(host: &str) -> Result<(), String> {
 
 mod admission;
 mod cluster;
+mod http2;
 mod observe;
 #[cfg(test)]
 mod tests;

@@ -134,7 +134,7 @@ fn unknown_fields_are_named_by_path() {
     let cases: &[(&str, Value, &str)] = &[
         ("/foo", json!(1), "foo: unknown field `foo`, expected one of `cpus`, `admin`, `listeners`, `clusters`, `limits`"),
         ("/admin/port", json!(1), "admin.port: unknown field `port`, expected one of `bind`, `token`, `max_connections`, `header_timeout_ms`, `idle_timeout_ms`"),
-        ("/listeners/0/ssl", json!(true), "listeners[0].ssl: unknown field `ssl`, expected one of `bind`, `proxy_protocol`, `clients`, `tls`, `http`"),
+        ("/listeners/0/ssl", json!(true), "listeners[0].ssl: unknown field `ssl`, expected one of `bind`, `proxy_protocol`, `clients`, `tls`, `http2`, `http`"),
         ("/listeners/0/clients/block", json!([]), "listeners[0].clients.block: unknown field `block`, expected `allow` or `deny`"),
         ("/listeners/0/http/extra", json!(1), "listeners[0].http.extra: unknown field `extra`, expected one of `cluster`, `rate_limit`, `conn_limit`, `waf`, `request_filters`"),
         ("/listeners/0/http/rate_limit", json!({"requests": 1, "window_ms": 1, "burst": 1, "per": "ip"}), "listeners[0].http.rate_limit.per: unknown field `per`, expected one of `requests`, `window_ms`, `burst`, `scope`, `key`, `dry_run`, `headers`"),
@@ -785,5 +785,6 @@ fn every_problem_in_a_filter_list_is_reported() {
 
 mod admission;
 mod cluster;
+mod http2;
 mod tls;
 mod top_level;

@@ -25,18 +25,13 @@ impl Validator<'_> {
         if t.alpn.is_empty() {
             self.err(
                 format!("{path}.alpn"),
-                "must list at least one protocol, such as [\"http/1.1\"]",
+                "must list at least one protocol, such as [\"h2\", \"http/1.1\"]",
             );
         }
         let mut seen = HashSet::new();
         for (i, a) in t.alpn.iter().enumerate() {
             let p = format!("{path}.alpn[{i}]");
-            if a == "h2" {
-                self.err(
-                    &p,
-                    "\"h2\" needs HTTP/2, which zgix does not speak yet; offer [\"http/1.1\"]",
-                );
-            } else if !ALPN_PROTOCOLS.contains(&a.as_str()) {
+            if !ALPN_PROTOCOLS.contains(&a.as_str()) {
                 self.err(
                     &p,
                     format!("unknown protocol {a:?}; zgix speaks {ALPN_PROTOCOLS:?}"),

@@ -278,6 +278,7 @@ impl Conn {
         let (li, ip, peer, rx) = (self.li, self.ip, self.peer, self.client.bytes_read());
         let tx = self.client.bytes_written();
         let tls = self.client.log_facts().0;
+        let h2 = self.client.is_h2();
         let base = x.cl.bytes();
         x.rec = crate::observe::access_log::Record::new(li, ip, peer);
         x.rec.tls = tls;
@@ -291,6 +292,7 @@ impl Conn {
         x.rec
             .request_id
             .choose(self.shard.rt.listeners[li].request_id, client_ids);
+        x.rec.h2 = h2;
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
         x.rec_query.clear();

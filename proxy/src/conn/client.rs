@@ -38,10 +38,18 @@ pub(super) fn put_read_buffer(b: Box<[u8]>) {
 }
 
 /// A client connection's transport: the socket, and TLS over it once the
-/// handshake is done.
+/// handshake is done; or one HTTP/2 stream of such a connection, which the
+/// request loop reads and writes as HTTP/1.1 (see [`super::h2`]).
 pub struct ClientConn {
-    sock: Sock,
-    tls: Option<Box<TlsConn>>,
+    inner: Inner,
+}
+
+enum Inner {
+    Net {
+        sock: Sock,
+        tls: Option<Box<TlsConn>>,
+    },
+    H2(Box<super::h2::StreamIo>),
 }
 
 /// TLS state of a client connection, after the handshake.
@@ -63,33 +71,63 @@ pub struct TlsConn {
 
 impl ClientConn {
     pub fn plain(sock: Sock) -> ClientConn {
-        ClientConn { sock, tls: None }
+        ClientConn {
+            inner: Inner::Net { sock, tls: None },
+        }
+    }
+
+    /// One HTTP/2 stream as a client of its own.
+    pub(super) fn h2(io: Box<super::h2::StreamIo>) -> ClientConn {
+        ClientConn {
+            inner: Inner::H2(io),
+        }
     }
 
     /// From now on the connection speaks TLS (the handshake is done).
     pub fn start_tls(&mut self, t: Box<TlsConn>) {
-        self.tls = Some(t);
+        if let Inner::Net { tls, .. } = &mut self.inner {
+            *tls = Some(t);
+        }
     }
 
-    /// The socket underneath.
-    pub fn sock(&self) -> &Sock {
-        &self.sock
+    /// The socket underneath; `None` for an HTTP/2 stream.
+    pub fn sock(&self) -> Option<&Sock> {
+        match &self.inner {
+            Inner::Net { sock, .. } => Some(sock),
+            Inner::H2(_) => None,
+        }
+    }
+
+    /// Whether this is an HTTP/2 stream (the access log's protocol).
+    pub fn is_h2(&self) -> bool {
+        matches!(self.inner, Inner::H2(_))
+    }
+
+    /// The protocol ALPN settled on a TLS connection.
+    pub fn alpn(&self) -> Option<&[u8]> {
+        match &self.inner {
+            Inner::Net { tls: Some(t), .. } => t.info.alpn.as_deref(),
+            _ => None,
+        }
     }
 
     pub fn fd(&self) -> RawFd {
-        self.sock().fd()
+        self.sock().map_or(-1, Sock::fd)
     }
 
     /// What the TLS handshake settled, on a TLS connection.
     pub fn tls(&self) -> Option<(&Info, Option<&str>)> {
-        self.tls.as_ref().map(|t| (&t.info, t.sni.as_deref()))
+        match &self.inner {
+            Inner::Net { tls, .. } => tls.as_ref().map(|t| (&t.info, t.sni.as_deref())),
+            Inner::H2(_) => None,
+        }
     }
 
     /// The access log's TLS fields and SNI; `None` on plaintext.
     pub fn log_facts(&self) -> (Option<crate::observe::access_log::TlsFacts>, Option<&[u8]>) {
-        match &self.tls {
-            None => (None, None),
-            Some(t) => (
+        match &self.inner {
+            Inner::Net { tls: None, .. } => (None, None),
+            Inner::Net { tls: Some(t), .. } => (
                 Some(crate::observe::access_log::TlsFacts {
                     version: t.info.version,
                     cipher: t.info.cipher,
@@ -97,43 +135,58 @@ impl ClientConn {
                 }),
                 t.sni.as_deref().map(str::as_bytes),
             ),
+            Inner::H2(io) => io.log_facts(),
         }
     }
 
-    /// Application bytes received (decrypted on TLS).
+    /// Application bytes received (decrypted on TLS; the request as HTTP/1.1
+    /// on an HTTP/2 stream).
     pub fn bytes_read(&self) -> u64 {
-        match &self.tls {
-            None => self.sock.bytes_read(),
-            Some(t) => t.rx.get(),
+        match &self.inner {
+            Inner::Net { sock, tls: None } => sock.bytes_read(),
+            Inner::Net { tls: Some(t), .. } => t.rx.get(),
+            Inner::H2(io) => io.rx.get(),
         }
     }
 
-    /// Application bytes sent (before encryption on TLS).
+    /// Application bytes sent (before encryption on TLS; the response as
+    /// HTTP/1.1 on an HTTP/2 stream).
     pub fn bytes_written(&self) -> u64 {
-        match &self.tls {
-            None => self.sock.bytes_written(),
-            Some(t) => t.tx.get(),
+        match &self.inner {
+            Inner::Net { sock, tls: None } => sock.bytes_written(),
+            Inner::Net { tls: Some(t), .. } => t.tx.get(),
+            Inner::H2(io) => io.tx.get(),
         }
     }
 
     pub fn set_read_timeout(&self, d: Option<Duration>) {
-        self.sock().set_read_timeout(d)
+        match &self.inner {
+            Inner::Net { sock, .. } => sock.set_read_timeout(d),
+            Inner::H2(io) => io.read_timeout.set(d),
+        }
     }
 
     pub fn set_write_timeout(&self, d: Option<Duration>) {
-        self.sock().set_write_timeout(d)
+        match &self.inner {
+            Inner::Net { sock, .. } => sock.set_write_timeout(d),
+            Inner::H2(io) => io.write_timeout.set(d),
+        }
     }
 
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
-        self.sock().set_nodelay(on)
+        match &self.inner {
+            Inner::Net { sock, .. } => sock.set_nodelay(on),
+            Inner::H2(_) => Ok(()),
+        }
     }
 
     /// Reads what is available, waiting (up to the read timeout) for at
     /// least a byte; 0 at the end (TLS: `close_notify`, or the peer's FIN).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match &self.tls {
-            None => self.sock.read(buf).await,
-            Some(t) => t.read(&self.sock, buf).await,
+        match &self.inner {
+            Inner::Net { sock, tls: None } => sock.read(buf).await,
+            Inner::Net { sock, tls: Some(t) } => t.read(sock, buf).await,
+            Inner::H2(io) => io.read(buf).await,
         }
     }
 
@@ -142,44 +195,64 @@ impl ClientConn {
     /// as small as a plain read so (a TLS read may write and is several
     /// times larger).
     pub async fn read_lean(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match &self.tls {
-            None => self.sock.read(buf).await,
-            Some(t) => Box::pin(t.read(&self.sock, buf)).await,
+        match &self.inner {
+            Inner::Net { sock, tls: None } => sock.read(buf).await,
+            Inner::Net { sock, tls: Some(t) } => Box::pin(t.read(sock, buf)).await,
+            Inner::H2(io) => Box::pin(io.read(buf)).await,
         }
     }
 
     /// Waits (up to the read timeout) until a read would complete at once.
     pub async fn readable(&self) -> io::Result<()> {
-        if let Some(t) = &self.tls {
-            if t.has_plain() || t.peer_closed.get() {
-                return Ok(());
+        match &self.inner {
+            Inner::Net { sock, tls } => {
+                if let Some(t) = tls {
+                    if t.has_plain() || t.peer_closed.get() {
+                        return Ok(());
+                    }
+                }
+                sock.readable().await
             }
+            Inner::H2(io) => Box::pin(io.readable()).await,
         }
-        self.sock.readable().await
     }
 
     /// Writes all of `buf` (encrypted on TLS).
     pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-        match &self.tls {
-            None => self.sock.write_all(buf).await,
-            Some(t) => t.write_all(&self.sock, buf).await,
+        match &self.inner {
+            Inner::Net { sock, tls: None } => sock.write_all(buf).await,
+            Inner::Net { sock, tls: Some(t) } => t.write_all(sock, buf).await,
+            Inner::H2(io) => io.write_all(buf).await,
         }
     }
 
     /// Half-closes the sending side; TLS sends `close_notify` first
-    /// (RFC 8446 §6.1: each party sends one before closing its write side).
+    /// (RFC 8446 §6.1: each party sends one before closing its write side);
+    /// an HTTP/2 stream ends its response (or resets an unfinished one).
     pub async fn shutdown(&self) {
-        if let Some(t) = &self.tls {
+        let (sock, tls) = match &self.inner {
+            Inner::Net { sock, tls } => (sock, tls),
+            Inner::H2(io) => return io.finish(),
+        };
+        if let Some(t) = tls {
             let out = {
                 let mut s = t.session.borrow_mut();
                 s.close();
                 s.take_output()
             };
             if !out.is_empty() {
-                let _ = self.sock.write_all(&out).await;
+                let _ = sock.write_all(&out).await;
             }
         }
-        self.sock.shutdown_write();
+        sock.shutdown_write();
+    }
+
+    /// The driver the connection's waits run on.
+    pub fn now(&self) -> std::time::Instant {
+        match &self.inner {
+            Inner::Net { sock, .. } => sock.driver().now(),
+            Inner::H2(io) => io.driver.now(),
+        }
     }
 }
 
@@ -356,6 +429,6 @@ impl Stream for ClientConn {
         self.shutdown().await
     }
     fn now(&self) -> std::time::Instant {
-        self.sock.driver().now()
+        ClientConn::now(self)
     }
 }

@@ -50,6 +50,7 @@ mod admit;
 mod body;
 pub mod client;
 mod forward;
+mod h2;
 pub mod handshake;
 mod head;
 pub mod shard;
@@ -198,6 +199,11 @@ impl Conn {
         let Some(mut state) = Box::pin(self.open()).await else {
             return;
         };
+        if self.h2_possible() && Box::pin(self.h2_wanted(&mut state)).await {
+            Box::pin(self.serve_h2(state)).await;
+            Box::pin(self.close_gracefully(None)).await;
+            return;
+        }
         let mut first = true;
         loop {
             // Between requests, holding nothing: bytes, the idle timeout,
@@ -396,7 +402,10 @@ impl Conn {
     async fn start_tls(&mut self, tls: &handshake::TlsListener, early: &[u8]) -> bool {
         let started = self.shard.driver.now();
         let c = &self.shard.counters.listeners[self.li];
-        match handshake::accept(self.client.sock(), tls, early, None).await {
+        let Some(sock) = self.client.sock() else {
+            return false;
+        };
+        match handshake::accept(sock, tls, early, None).await {
             Ok(t) => {
                 let v = match t.info.version {
                     "TLSv1.2" => 1,

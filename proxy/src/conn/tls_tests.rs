@@ -84,7 +84,7 @@ fn client_config(c: &Certs) -> Arc<rustls::ClientConfig> {
 async fn accept_one(l: &Listener, tls: &TlsListener) -> Result<ClientConn, (Outcome, ClientConn)> {
     let (s, _) = l.accept().await.unwrap();
     let mut c = ClientConn::plain(s);
-    match handshake::accept(c.sock(), tls, &[], Some(Duration::from_secs(5))).await {
+    match handshake::accept(c.sock().unwrap(), tls, &[], Some(Duration::from_secs(5))).await {
         Ok(t) => {
             c.start_tls(t);
             Ok(c)

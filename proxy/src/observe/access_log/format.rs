@@ -69,7 +69,7 @@ fn text(
             escape_text(out, q);
         }
         out.push(b' ');
-        out.extend_from_slice(r.version.map_or("-", |v| v.as_str()).as_bytes());
+        out.extend_from_slice(r.protocol().unwrap_or("-").as_bytes());
     }
     let _ = write!(out, "\" {} {} {} ", r.status, r.bytes_in, r.bytes_out);
     ms(out, r.duration_us);
@@ -170,7 +170,7 @@ fn json(
     out.extend_from_slice(b",\"query\":");
     json_opt(out, t.query.filter(|_| query));
     out.extend_from_slice(b",\"version\":");
-    json_opt(out, r.version.map(|v| v.as_str().as_bytes()));
+    json_opt(out, r.protocol().map(str::as_bytes));
     let _ = write!(
         out,
         ",\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"duration_ms\":",

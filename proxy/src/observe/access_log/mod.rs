@@ -68,6 +68,9 @@ pub struct Record {
     pub listener: usize,
     /// `None` when the request line was not understood.
     pub version: Option<Version>,
+    /// The request came as an HTTP/2 stream: its protocol is logged as
+    /// `HTTP/2.0` (`version` is that of its HTTP/1.1 rendering).
+    pub h2: bool,
     pub status: u16,
     /// Request bytes read from the client (head and body).
     pub bytes_in: u64,
@@ -101,6 +104,15 @@ pub struct TlsFacts {
 }
 
 impl Record {
+    /// The protocol the access log shows: `HTTP/2.0` for a stream, else
+    /// the request line's version; `None` when it was not understood.
+    pub fn protocol(&self) -> Option<&'static str> {
+        match (self.h2, self.version) {
+            (true, _) => Some("HTTP/2.0"),
+            (false, v) => v.map(|v| v.as_str()),
+        }
+    }
+
     /// A record for a request on `listener` from `client` via `peer`, at the
     /// start of its life: the request path overwrites the rest as it learns it.
     pub fn new(listener: usize, client: IpAddr, peer: SocketAddr) -> Record {
@@ -110,6 +122,7 @@ impl Record {
             peer,
             listener,
             version: None,
+            h2: false,
             status: 0,
             bytes_in: 0,
             bytes_out: 0,

@@ -30,6 +30,7 @@ fn forwarded() -> Record {
         peer: "10.0.0.1:40000".parse().unwrap(),
         listener: 0,
         version: Some(Version::Http11),
+        h2: false,
         status: 200,
         bytes_in: 78,
         bytes_out: 1234,

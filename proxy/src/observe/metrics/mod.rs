@@ -146,7 +146,28 @@ pub struct ListenerCounters {
     pub tls_handshake_time: Histo,
     /// Refusals a dry-run control would have made, by [`Control`] index.
     pub dry_run: [Counter; Control::ALL.len()],
+    /// HTTP/2 connections and streams accepted.
+    pub h2_connections: Counter,
+    pub h2_streams: Counter,
+    /// HTTP/2 connections and streams refused, by [`H2_REFUSALS`] index.
+    pub h2_refused: [Counter; H2_REFUSALS.len()],
 }
+
+/// The `reason` label of `zgix_h2_refused_total`, by index (what each
+/// means: docs/operations.md, HTTP/2).
+pub const H2_REFUSALS: [&str; 11] = [
+    "bad_preface",
+    "rapid_reset",
+    "calm",
+    "hpack",
+    "protocol",
+    "flow_control",
+    "frame_size",
+    "refused_stream",
+    "stream_error",
+    "settings_flood",
+    "ping_flood",
+];
 
 /// The `result` label of `zgix_tls_handshakes_total`, by index.
 pub const TLS_RESULTS: [&str; 6] = [
@@ -173,6 +194,9 @@ impl Default for ListenerCounters {
             tls_resumed: Counter::default(),
             tls_handshake_time: Histo::default(),
             dry_run: Default::default(),
+            h2_connections: Counter::default(),
+            h2_streams: Counter::default(),
+            h2_refused: Default::default(),
         }
     }
 }

@@ -122,6 +122,7 @@ impl Metrics {
         self.render_tables(o, tables);
         self.render_durations(o, names);
         self.render_tls(o, names);
+        self.render_h2(o, names);
         self.render_process(o);
         super::process::render(o, self.start_time, tables.max_connections);
         std::mem::take(o)
@@ -440,6 +441,50 @@ impl Metrics {
                 "zgix_upstream_duration_seconds",
                 &format!("cluster=\"{}\"", Esc(name)),
             );
+        }
+    }
+
+    /// The HTTP/2 series, by listener.
+    fn render_h2(&self, o: &mut String, names: &Labels<'_>) {
+        family(
+            o,
+            "zgix_h2_connections_total",
+            "counter",
+            "HTTP/2 connections (ALPN h2, or prior knowledge), by listener.",
+        );
+        for (li, name) in names.listeners.iter().enumerate() {
+            let n = self.sum(|s| s.listeners[li].h2_connections.get());
+            let _ = writeln!(
+                o,
+                "zgix_h2_connections_total{{listener=\"{}\"}} {n}",
+                Esc(name)
+            );
+        }
+        family(
+            o,
+            "zgix_h2_streams_total",
+            "counter",
+            "HTTP/2 streams accepted (each one request), by listener.",
+        );
+        for (li, name) in names.listeners.iter().enumerate() {
+            let n = self.sum(|s| s.listeners[li].h2_streams.get());
+            let _ = writeln!(o, "zgix_h2_streams_total{{listener=\"{}\"}} {n}", Esc(name));
+        }
+        family(
+            o,
+            "zgix_h2_refused_total",
+            "counter",
+            "HTTP/2 connections ended or streams reset for misbehaviour, by listener and reason.",
+        );
+        for (li, name) in names.listeners.iter().enumerate() {
+            for (r, reason) in super::H2_REFUSALS.iter().enumerate() {
+                let n = self.sum(|s| s.listeners[li].h2_refused[r].get());
+                let _ = writeln!(
+                    o,
+                    "zgix_h2_refused_total{{listener=\"{}\",reason=\"{reason}\"}} {n}",
+                    Esc(name)
+                );
+            }
         }
     }
 

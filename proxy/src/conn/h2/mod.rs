@@ -1,0 +1,427 @@
+//! HTTP/2 from clients (RFC 9113) on a connection that negotiated `h2` with ALPN, or sent the preface to a plain listener with `http2.prior_knowledge`: the `h2` codec over the connection ([`io`]), and each stream served by the HTTP/1.1 request loop over an in-memory client ([`stream`]) — admission, WAF, filters, routing, retries and the access log per stream; what the codec refuses, and the rapid resets zgix sees itself, counted by reason ([`frames`]).
+//!
+//! # Bounds
+//!
+//! The codec enforces `max_concurrent_streams` (one more is refused with
+//! `REFUSED_STREAM`), `max_header_list_bytes` (a header block, CONTINUATION
+//! frames included, is decoded against it and a flood ends the connection
+//! with `ENHANCE_YOUR_CALM` or `COMPRESSION_ERROR`), the flow-control
+//! windows, and its limits on streams reset before zgix accepted them and on
+//! streams it reset for a client's error. Beyond those, a client that resets
+//! more than [`RAPID_RESETS`] streams it opened within one second gets
+//! GOAWAY `ENHANCE_YOUR_CALM` (CVE-2023-44487).
+
+mod frames;
+mod io;
+mod stream;
+
+pub use stream::StreamIo;
+
+use std::cell::{Cell, RefCell};
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use ::h2::server::SendResponse;
+use ::h2::RecvStream;
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use zgix_admission::ConnGuard;
+
+use super::client::ClientConn;
+use super::state::{self, State};
+use super::{head, shard, Conn};
+use crate::http::respond::status_for;
+use crate::observe::decision::Decision;
+
+/// The connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Streams a client may reset within a second before GOAWAY (rapid reset).
+pub const RAPID_RESETS: u32 = 200;
+
+/// Streams reset for a client's error before the codec ends the connection.
+const LOCAL_ERROR_RESETS: usize = 100;
+
+/// Index into `H2_REFUSALS`.
+#[derive(Copy, Clone)]
+enum Refusal {
+    BadPreface = 0,
+    RapidReset = 1,
+    Calm = 2,
+    Hpack = 3,
+    Protocol = 4,
+    FlowControl = 5,
+    FrameSize = 6,
+    RefusedStream = 7,
+    StreamError = 8,
+    SettingsFlood = 9,
+    PingFlood = 10,
+}
+
+/// What the streams of one connection share with it.
+struct Streams {
+    /// The connection-limit slot, once a stream's admission took it.
+    slot: RefCell<Option<ConnGuard>>,
+    checked: Cell<bool>,
+    /// A stream was refused by the connection limit: no more are taken.
+    limited: Cell<bool>,
+}
+
+enum Event {
+    Stream(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
+    /// A stream ended; `true`: the client reset it before its answer.
+    StreamDone(bool),
+    Drain,
+    Flood(frames::Flood),
+    Closed,
+    Failed(::h2::Error),
+}
+
+impl Conn {
+    /// Whether the connection may speak HTTP/2: ALPN chose `h2`, or a plain
+    /// listener takes the preface by prior knowledge.
+    pub(super) fn h2_possible(&self) -> bool {
+        let lst = &self.shard.rt.config.listeners[self.li];
+        self.client.alpn() == Some(b"h2") || (lst.tls.is_none() && lst.http2.prior_knowledge)
+    }
+
+    /// On a prior-knowledge listener, reads until the first bytes are (or
+    /// cannot be) the preface; they stay buffered for whichever protocol.
+    pub(super) async fn h2_wanted(&mut self, st: &mut State) -> bool {
+        if self.client.alpn() == Some(b"h2") {
+            return true;
+        }
+        let shard = self.shard.clone();
+        let deadline = shard.driver.now() + shard.rt.timeouts.client_header;
+        if matches!(st, State::Idle) {
+            // No request state is held before the first byte.
+            self.client
+                .set_read_timeout(Some(shard.rt.timeouts.client_header));
+            if self.client.readable().await.is_err() {
+                return false;
+            }
+        }
+        loop {
+            if matches!(st, State::Idle) {
+                match state::take(&shard, self.li) {
+                    Ok(x) => *st = State::Busy(x),
+                    Err(_) => return false,
+                }
+            }
+            let State::Busy(x) = st else { return false };
+            let have = x.cl.bytes();
+            // "PRI " is no HTTP/1.1 method zgix forwards: the rest of the
+            // preface is the codec's to check (and answer GOAWAY).
+            let n = have.len().min(4);
+            if have[..n] != PREFACE[..n] {
+                return false;
+            }
+            if n == 4 {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(shard.driver.now());
+            if left.is_zero() {
+                return false;
+            }
+            self.client.set_read_timeout(Some(left));
+            match self.client.read(x.cl.spare()).await {
+                Ok(0) | Err(_) => return false,
+                Ok(k) => x.cl.filled(k),
+            }
+        }
+    }
+
+    /// Serves the connection as HTTP/2 to its end.
+    pub(super) async fn serve_h2(&mut self, st: State) {
+        let shard = self.shard.clone();
+        let li = self.li;
+        let c = &shard.counters.listeners[li];
+        c.h2_connections.inc();
+        // The bytes read so far (the preface's first ones) go to the codec;
+        // the exchange goes back to the pool as the state drops.
+        let early = match st.into_held() {
+            Some(x) => x.cl.bytes().to_vec(),
+            None => Vec::new(),
+        };
+        let cfg = shard.rt.config.listeners[li].http2;
+        let shared = Rc::new(io::Shared::default());
+        self.client
+            .set_read_timeout(Some(shard.rt.timeouts.client_idle));
+        let mut b = ::h2::server::Builder::new();
+        b.max_concurrent_streams(cfg.max_concurrent_streams)
+            .initial_window_size(cfg.initial_window_bytes)
+            .initial_connection_window_size(
+                cfg.initial_window_bytes.saturating_mul(4).min(16 << 20),
+            )
+            .max_header_list_size(cfg.max_header_list_bytes)
+            .max_send_buffer_size(64 * 1024)
+            .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS));
+        let client: &ClientConn = &self.client;
+        let hs = b.handshake::<_, Bytes>(io::Io::new(client, early, shared.clone()));
+        let conn = shard
+            .driver
+            .timeout(shard.rt.timeouts.client_header, hs)
+            .await;
+        let conn = match conn {
+            Some(Ok(conn)) => conn,
+            Some(Err(e)) if !e.is_io() => {
+                c.h2_refused[Refusal::BadPreface as usize].inc();
+                let _ = client.write_all(&frames::GOAWAY_PROTOCOL_ERROR).await;
+                return;
+            }
+            _ => return,
+        };
+        let mut parent = Parent {
+            shard: self.shard.clone(),
+            li,
+            conn: self,
+        };
+        parent.run(conn, &shared).await;
+        count_sent(&shard.counters.listeners[li], &shared.sent);
+    }
+}
+
+/// The parts of the connection its streams are made from.
+struct Parent<'a> {
+    shard: Rc<shard::Shard>,
+    li: usize,
+    conn: &'a Conn,
+}
+
+/// Adds the codes the scanner saw to the listener's counters.
+fn count_sent(c: &crate::observe::metrics::ListenerCounters, s: &frames::SentCodes) {
+    let r = &c.h2_refused;
+    r[Refusal::RefusedStream as usize].add(s.refused.replace(0));
+    r[Refusal::StreamError as usize].add(s.stream_errors.replace(0));
+    if let Some(code) = s.goaway.take() {
+        let why = match code {
+            frames::ENHANCE_YOUR_CALM => Refusal::Calm,
+            frames::COMPRESSION_ERROR => Refusal::Hpack,
+            frames::FLOW_CONTROL_ERROR => Refusal::FlowControl,
+            frames::FRAME_SIZE_ERROR => Refusal::FrameSize,
+            frames::PROTOCOL_ERROR | frames::STREAM_CLOSED => Refusal::Protocol,
+            _ => return,
+        };
+        r[why as usize].inc();
+    }
+}
+
+type StreamFut = Pin<Box<dyn Future<Output = bool>>>;
+
+impl Parent<'_> {
+    async fn run(
+        &mut self,
+        mut conn: ::h2::server::Connection<io::Io<'_>, Bytes>,
+        shared: &io::Shared,
+    ) {
+        let streams = Rc::new(Streams {
+            slot: RefCell::new(None),
+            checked: Cell::new(false),
+            limited: Cell::new(false),
+        });
+        let mut set: FuturesUnordered<StreamFut> = FuturesUnordered::new();
+        let drain_shard = self.shard.clone();
+        let mut drain = pin!(drain_shard.shutdown.acquire(1));
+        let mut going_away = false;
+        let mut resets = (Instant::now(), 0u32);
+        // Refused for a flood or rapid resets: the GOAWAY is counted so.
+        let mut rapid = false;
+        loop {
+            let ev = poll_fn(|cx| {
+                if let (Some(f), false) = (shared.flood.get(), rapid) {
+                    return Poll::Ready(Event::Flood(f));
+                }
+                if let Poll::Ready(Some(reset)) = set.poll_next_unpin(cx) {
+                    return Poll::Ready(Event::StreamDone(reset));
+                }
+                if !going_away && drain.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Drain);
+                }
+                match conn.poll_accept(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Some(Ok(s))) => Poll::Ready(Event::Stream(Box::new(s))),
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Event::Failed(e)),
+                    Poll::Ready(None) => Poll::Ready(Event::Closed),
+                }
+            })
+            .await;
+            let c = &self.shard.counters.listeners[self.li];
+            count_sent(c, &shared.sent);
+            match ev {
+                Event::Stream(s) => {
+                    let (req, resp) = *s;
+                    c.h2_streams.inc();
+                    shared.busy.set(shared.busy.get() + 1);
+                    if !going_away && (self.shard.closing.get() || streams.limited.get()) {
+                        going_away = true;
+                        conn.graceful_shutdown();
+                    }
+                    if !going_away && self.follow() {
+                        going_away = true;
+                        conn.graceful_shutdown();
+                    }
+                    set.push(Box::pin(self.stream(&streams, req, resp)));
+                }
+                Event::StreamDone(reset) => {
+                    shared.busy.set(shared.busy.get() - 1);
+                    if streams.limited.get() && !going_away {
+                        going_away = true;
+                        conn.graceful_shutdown();
+                    }
+                    if reset && !rapid {
+                        let now = self.shard.driver.now();
+                        if now.saturating_duration_since(resets.0) >= Duration::from_secs(1) {
+                            resets = (now, 0);
+                        }
+                        resets.1 += 1;
+                        if resets.1 > RAPID_RESETS {
+                            rapid = true;
+                            going_away = true;
+                            c.h2_refused[Refusal::RapidReset as usize].inc();
+                            // Counted here, not again from the frame sent.
+                            conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+                            shared.sent.goaway.set(None);
+                        }
+                    }
+                }
+                Event::Flood(f) => {
+                    rapid = true;
+                    going_away = true;
+                    let why = match f {
+                        frames::Flood::Ping => Refusal::PingFlood,
+                        frames::Flood::Settings => Refusal::SettingsFlood,
+                    };
+                    c.h2_refused[why as usize].inc();
+                    conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+                }
+                Event::Drain => {
+                    going_away = true;
+                    conn.graceful_shutdown();
+                }
+                Event::Closed => break,
+                Event::Failed(e) => {
+                    crate::log_debug!("h2", "connection ended: {e}");
+                    break;
+                }
+            }
+            if rapid {
+                // Whatever the codec sends for it is this refusal.
+                shared.sent.goaway.set(None);
+            }
+        }
+        if rapid {
+            shared.sent.goaway.set(None);
+        }
+        // Streams still running lose their connection: their writes fail.
+        drop(set);
+    }
+
+    /// A reload made a newer generation: new streams run there. `true`:
+    /// the listener is gone, the connection winds down.
+    fn follow(&mut self) -> bool {
+        match shard::follow(&mut self.shard, self.li) {
+            shard::Follow::Stay => false,
+            shard::Follow::Move(li) => {
+                self.li = li;
+                false
+            }
+            shard::Follow::Close => true,
+        }
+    }
+
+    /// One stream, from its request to the end of its answer; `true` when
+    /// the client reset it first.
+    fn stream(
+        &self,
+        streams: &Rc<Streams>,
+        req: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+    ) -> impl Future<Output = bool> + 'static {
+        let parent = self.conn;
+        let shard = self.shard.clone();
+        let li = self.li;
+        let (peer, ip, id) = (parent.peer, parent.ip, parent.id);
+        let facts = parent.client.log_facts();
+        let (tls, sni) = (facts.0, facts.1.map(<[u8]>::to_vec));
+        let streams = streams.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let has_body = !body.is_end_stream();
+            let mut head = Vec::with_capacity(256);
+            let mut respond = respond;
+            let chunked = match stream::render_request(&parts, has_body, &mut head) {
+                Ok(c) => c,
+                Err(_) => {
+                    respond.send_reset(::h2::Reason::PROTOCOL_ERROR);
+                    shard.counters.listeners[li].h2_refused[Refusal::StreamError as usize].inc();
+                    return false;
+                }
+            };
+            let io = StreamIo::new(
+                shard.driver.clone(),
+                (tls, sni.as_deref()),
+                head,
+                has_body.then_some(body),
+                chunked,
+                &parts.method,
+                respond,
+            );
+            io.write_timeout.set(Some(shard.rt.timeouts.client_idle));
+            let wr = io.writer();
+            let mut conn = Conn {
+                shard,
+                li,
+                client: ClientConn::h2(Box::new(io)),
+                peer,
+                ip,
+                id,
+                conn_slot: None,
+                conn_checked: streams.checked.get(),
+                token: None,
+            };
+            let serve = async {
+                let limited = serve_stream(&mut conn).await;
+                if conn.conn_checked {
+                    streams.checked.set(true);
+                }
+                if let Some(g) = conn.conn_slot.take() {
+                    let mut slot = streams.slot.borrow_mut();
+                    if slot.is_none() {
+                        *slot = Some(g);
+                    }
+                }
+                if limited {
+                    streams.limited.set(true);
+                }
+                conn.client.shutdown().await;
+                false
+            };
+            let reset = poll_fn(|cx| wr.borrow_mut().poll_reset(cx).map(|()| true));
+            futures_lite::future::or(serve, reset).await
+        }
+    }
+}
+
+/// The request loop, once, over the stream's client. Returns whether the
+/// connection limit refused the request.
+async fn serve_stream(conn: &mut Conn) -> bool {
+    match conn.read_head(true, State::Idle).await {
+        head::HeadRead::Ready(x) => {
+            let shard = conn.shard.clone();
+            let (_, x) = shard.request_futures.run(conn.handle_request(x)).await;
+            x.rec.decision == Decision::ConnLimited
+        }
+        head::HeadRead::Bad(e, x) => {
+            Box::pin(conn.refuse_and_close(x, status_for(e), Decision::BadRequest(e))).await;
+            false
+        }
+        head::HeadRead::TimedOut(x) => {
+            Box::pin(conn.refuse_and_close(x, 408, Decision::ClientTimeout)).await;
+            false
+        }
+        head::HeadRead::Closed => false,
+    }
+}

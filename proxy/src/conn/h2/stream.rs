@@ -1,0 +1,544 @@
+//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2), sent as the stream's flow-control window allows.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::io;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::h2::server::SendResponse;
+use ::h2::{RecvStream, SendStream};
+use bytes::Bytes;
+use zgix_parser::{ChunkedDecoder, Method, ResponseBody, ResponseHead, ResponseParser, Status};
+
+use crate::io::Driver;
+use crate::observe::access_log::TlsFacts;
+
+/// Fields that are about one HTTP/1.1 connection, never sent on a stream
+/// (RFC 9113 §8.2.2); the codec refuses them in requests already.
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// The in-memory client of one stream (see the module docs).
+pub struct StreamIo {
+    pub(in crate::conn) driver: Rc<Driver>,
+    pub(in crate::conn) rx: Cell<u64>,
+    pub(in crate::conn) tx: Cell<u64>,
+    pub(in crate::conn) read_timeout: Cell<Option<Duration>>,
+    pub(in crate::conn) write_timeout: Cell<Option<Duration>>,
+    tls: Option<TlsFacts>,
+    sni: Option<Vec<u8>>,
+    rd: RefCell<Reader>,
+    wr: Rc<RefCell<Writer>>,
+}
+
+struct Reader {
+    pending: Vec<u8>,
+    pos: usize,
+    body: Option<RecvStream>,
+    chunked: bool,
+    ended: bool,
+}
+
+enum Out {
+    /// The response head is still coming.
+    Head,
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    /// Until the loop shuts the stream down.
+    Close,
+    Done,
+}
+
+pub(super) struct Writer {
+    respond: Option<SendResponse<Bytes>>,
+    send: Option<SendStream<Bytes>>,
+    head: Vec<u8>,
+    method: Method,
+    parser: ResponseParser,
+    resp: ResponseHead,
+    out: Out,
+}
+
+/// A request the stream cannot carry as HTTP/1.1.
+#[derive(Debug)]
+pub(super) struct Unfit;
+
+/// Renders the request head as HTTP/1.1 into `out`; whether its body is
+/// sent chunked.
+pub(super) fn render_request(
+    parts: &http::request::Parts,
+    has_body: bool,
+    out: &mut Vec<u8>,
+) -> Result<bool, Unfit> {
+    let path = match parts.uri.path_and_query() {
+        Some(p) => p.as_str(),
+        None if parts.method == http::Method::OPTIONS => "*",
+        None => return Err(Unfit),
+    };
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = parts.uri.authority();
+    if let Some(a) = authority {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(a.as_str().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let mut length = false;
+    let mut cookies = 0;
+    for (name, value) in parts.headers.iter() {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) && !(n == "te" && value.as_bytes() == b"trailers") {
+            return Err(Unfit);
+        }
+        if n == "host" && authority.is_some() {
+            // :authority wins (RFC 9113 §8.3.1); a differing Host is dropped.
+            continue;
+        }
+        if n == "cookie" {
+            // Split cookie fields are one line in HTTP/1.1 (RFC 9113 §8.2.3).
+            cookies += 1;
+            continue;
+        }
+        if n == "content-length" {
+            length = true;
+        }
+        if n == "te" {
+            continue;
+        }
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if cookies > 0 {
+        out.extend_from_slice(b"cookie: ");
+        for (i, v) in parts.headers.get_all("cookie").iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"; ");
+            }
+            out.extend_from_slice(v.as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunked = has_body && !length;
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(chunked)
+}
+
+fn gone(e: ::h2::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionReset, e)
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "stream timed out")
+}
+
+impl StreamIo {
+    /// The stream's client: its request head already rendered in `head`.
+    pub(super) fn new(
+        driver: Rc<Driver>,
+        facts: (Option<TlsFacts>, Option<&[u8]>),
+        head: Vec<u8>,
+        body: Option<RecvStream>,
+        chunked: bool,
+        method: &http::Method,
+        respond: SendResponse<Bytes>,
+    ) -> StreamIo {
+        StreamIo {
+            driver,
+            rx: Cell::new(0),
+            tx: Cell::new(0),
+            read_timeout: Cell::new(None),
+            write_timeout: Cell::new(None),
+            tls: facts.0,
+            sni: facts.1.map(<[u8]>::to_vec),
+            rd: RefCell::new(Reader {
+                pending: head,
+                pos: 0,
+                body,
+                chunked,
+                ended: false,
+            }),
+            wr: Rc::new(RefCell::new(Writer {
+                respond: Some(respond),
+                send: None,
+                head: Vec::new(),
+                method: Method::from_bytes(method.as_str().as_bytes()),
+                parser: ResponseParser::new(1 << 20, zgix_parser::MAX_HEADERS_CAP),
+                resp: ResponseHead::new(zgix_parser::MAX_HEADERS_CAP),
+                out: Out::Head,
+            })),
+        }
+    }
+
+    pub(super) fn writer(&self) -> Rc<RefCell<Writer>> {
+        self.wr.clone()
+    }
+
+    pub(in crate::conn) fn log_facts(&self) -> (Option<TlsFacts>, Option<&[u8]>) {
+        (self.tls, self.sni.as_deref())
+    }
+
+    async fn timed<T>(
+        &self,
+        d: Option<Duration>,
+        f: impl std::future::Future<Output = io::Result<T>>,
+    ) -> io::Result<T> {
+        match d {
+            Some(d) => self
+                .driver
+                .timeout(d, f)
+                .await
+                .unwrap_or_else(|| Err(timed_out())),
+            None => f.await,
+        }
+    }
+
+    /// Waits for request bytes (or the end), within the read timeout.
+    async fn fill(&self) -> io::Result<()> {
+        let f = poll_fn(|cx| self.rd.borrow_mut().poll_fill(cx));
+        self.timed(self.read_timeout.get(), f).await
+    }
+
+    pub(in crate::conn) async fn readable(&self) -> io::Result<()> {
+        self.fill().await
+    }
+
+    pub(in crate::conn) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            {
+                let mut r = self.rd.borrow_mut();
+                if r.pos < r.pending.len() {
+                    let n = (r.pending.len() - r.pos).min(buf.len());
+                    buf[..n].copy_from_slice(&r.pending[r.pos..r.pos + n]);
+                    r.pos += n;
+                    self.rx.set(self.rx.get() + n as u64);
+                    return Ok(n);
+                }
+                if r.ended {
+                    return Ok(0);
+                }
+            }
+            self.fill().await?;
+        }
+    }
+
+    pub(in crate::conn) async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        let (chunks, eos) = self.wr.borrow_mut().feed(buf)?;
+        let last = chunks.len();
+        for (i, c) in chunks.into_iter().enumerate() {
+            self.send(c, eos && i + 1 == last).await?;
+        }
+        if eos && last == 0 {
+            self.send(Bytes::new(), true).await?;
+        }
+        self.tx.set(self.tx.get() + buf.len() as u64);
+        Ok(())
+    }
+
+    /// Sends `data` as the window allows, within the write timeout for
+    /// each wait (a zero window holds the stream only that long).
+    async fn send(&self, mut data: Bytes, eos: bool) -> io::Result<()> {
+        loop {
+            if data.is_empty() {
+                if eos {
+                    let mut w = self.wr.borrow_mut();
+                    if let Some(s) = w.send.as_mut() {
+                        s.send_data(Bytes::new(), true).map_err(gone)?;
+                    }
+                }
+                return Ok(());
+            }
+            let want = data.len();
+            let f = poll_fn(|cx| self.wr.borrow_mut().poll_room(cx, want));
+            let room = self.timed(self.write_timeout.get(), f).await?;
+            let part = data.split_to(room.min(data.len()));
+            let end = eos && data.is_empty();
+            let mut w = self.wr.borrow_mut();
+            let s = w.send.as_mut().ok_or_else(closed)?;
+            s.send_data(part, end).map_err(gone)?;
+            if end {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The loop is done with the stream: a close-delimited answer ends, an
+    /// unfinished one is reset; nothing more is read.
+    pub(in crate::conn) fn finish(&self) {
+        {
+            let mut r = self.rd.borrow_mut();
+            r.ended = true;
+            r.body = None;
+            r.pending = Vec::new();
+            r.pos = 0;
+        }
+        let mut w = self.wr.borrow_mut();
+        let out = std::mem::replace(&mut w.out, Out::Done);
+        match out {
+            Out::Done => {}
+            Out::Close => {
+                if let Some(s) = w.send.as_mut() {
+                    let _ = s.send_data(Bytes::new(), true);
+                }
+            }
+            _ => {
+                if let Some(s) = w.send.as_mut() {
+                    s.send_reset(::h2::Reason::INTERNAL_ERROR);
+                } else if let Some(r) = w.respond.as_mut() {
+                    r.send_reset(::h2::Reason::INTERNAL_ERROR);
+                }
+            }
+        }
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionReset, "stream closed")
+}
+
+impl Reader {
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.pos < self.pending.len() || self.ended {
+                return Poll::Ready(Ok(()));
+            }
+            let Some(body) = self.body.as_mut() else {
+                self.ended = true;
+                return Poll::Ready(Ok(()));
+            };
+            match body.poll_data(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(d))) => {
+                    // Our window reopens as the loop takes the bytes: at most
+                    // one DATA frame waits here beside the codec's window.
+                    let _ = body.flow_control().release_capacity(d.len());
+                    self.pending.clear();
+                    self.pos = 0;
+                    if d.is_empty() {
+                        continue;
+                    }
+                    if self.chunked {
+                        self.pending
+                            .extend_from_slice(format!("{:x}\r\n", d.len()).as_bytes());
+                        self.pending.extend_from_slice(&d);
+                        self.pending.extend_from_slice(b"\r\n");
+                    } else {
+                        self.pending.extend_from_slice(&d);
+                    }
+                }
+                Poll::Ready(None) => {
+                    // Trailers, if any, are dropped.
+                    self.pending.clear();
+                    self.pos = 0;
+                    if self.chunked {
+                        self.pending.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    self.body = None;
+                    self.ended = true;
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(gone(e))),
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Whether the client reset the stream before its answer was done.
+    pub(super) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if matches!(self.out, Out::Done) {
+            return Poll::Pending;
+        }
+        let r = match (self.send.as_mut(), self.respond.as_mut()) {
+            (Some(s), _) => s.poll_reset(cx),
+            (None, Some(r)) => r.poll_reset(cx),
+            (None, None) => return Poll::Pending,
+        };
+        r.map(|_| ())
+    }
+
+    fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        let s = self.send.as_mut().ok_or_else(closed)?;
+        s.reserve_capacity(want);
+        loop {
+            if s.capacity() > 0 {
+                return Poll::Ready(Ok(s.capacity()));
+            }
+            match s.poll_capacity(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(n))) if n > 0 => return Poll::Ready(Ok(n)),
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(gone(e))),
+                Poll::Ready(None) => return Poll::Ready(Err(closed())),
+            }
+        }
+    }
+
+    /// Takes response bytes the loop wrote: the head once whole, then body
+    /// bytes (de-chunked). Returns the DATA to send and whether it ends.
+    fn feed(&mut self, buf: &[u8]) -> io::Result<(Vec<Bytes>, bool)> {
+        let mut chunks = Vec::new();
+        let rest: Vec<u8>;
+        let mut body: &[u8] = buf;
+        if let Out::Head = self.out {
+            self.head.extend_from_slice(buf);
+            loop {
+                match self.parser.parse(&self.head, self.method, &mut self.resp) {
+                    Ok(Status::Partial) => return Ok((chunks, false)),
+                    Ok(Status::Complete(())) => {}
+                    Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "bad answer")),
+                }
+                if self.resp.status < 200 {
+                    // Interim answers are not relayed on HTTP/2.
+                    self.head.drain(..self.resp.head_len);
+                    continue;
+                }
+                break;
+            }
+            self.out = match self.resp.body {
+                ResponseBody::None | ResponseBody::Length(0) => Out::Done,
+                ResponseBody::Length(n) => Out::Length(n),
+                ResponseBody::Chunked => Out::Chunked(ChunkedDecoder::new(u64::MAX)),
+                ResponseBody::CloseDelimited => Out::Close,
+            };
+            let eos = matches!(self.out, Out::Done);
+            let resp = self.response()?;
+            let respond = self.respond.as_mut().ok_or_else(closed)?;
+            self.send = Some(respond.send_response(resp, eos).map_err(gone)?);
+            rest = self.head.split_off(self.resp.head_len);
+            self.head = Vec::new();
+            if eos {
+                return Ok((chunks, false));
+            }
+            body = &rest;
+        }
+        let mut eos = false;
+        match &mut self.out {
+            Out::Head | Out::Done => {}
+            Out::Close => {
+                if !body.is_empty() {
+                    chunks.push(Bytes::copy_from_slice(body));
+                }
+            }
+            Out::Length(left) => {
+                let n = (*left).min(body.len() as u64) as usize;
+                if n > 0 {
+                    chunks.push(Bytes::copy_from_slice(&body[..n]));
+                }
+                *left -= n as u64;
+                if *left == 0 {
+                    eos = true;
+                }
+            }
+            Out::Chunked(d) => {
+                let mut i = 0;
+                while i < body.len() {
+                    let p = d
+                        .feed(&body[i..])
+                        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk"))?;
+                    if !p.data.is_empty() {
+                        chunks.push(Bytes::copy_from_slice(
+                            &body[i + p.data.start..i + p.data.end],
+                        ));
+                    }
+                    i += p.consumed;
+                    if p.done {
+                        eos = true;
+                        break;
+                    }
+                    if p.consumed == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        if eos {
+            self.out = Out::Done;
+        }
+        Ok((chunks, eos))
+    }
+
+    /// The parsed head as an HTTP/2 response, without hop-by-hop fields.
+    fn response(&self) -> io::Result<http::Response<()>> {
+        let base = &self.head[..];
+        let mut b = http::Response::builder().status(self.resp.status);
+        for h in &self.resp.headers {
+            let Ok(name) = http::HeaderName::from_bytes(h.name.get(base)) else {
+                continue;
+            };
+            if HOP_BY_HOP.contains(&name.as_str()) {
+                continue;
+            }
+            let Ok(value) = http::HeaderValue::from_bytes(h.value.get(base)) else {
+                continue;
+            };
+            b = b.header(name, value);
+        }
+        b.body(())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(b: http::request::Builder) -> http::request::Parts {
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_request_becomes_an_http11_head_with_host_one_cookie_and_chunked_framing() {
+        let p = parts(
+            http::Request::builder()
+                .method("POST")
+                .uri("https://site.example:8443/a?b=c")
+                .header("host", "other.example")
+                .header("cookie", "a=1")
+                .header("cookie", "b=2")
+                .header("te", "trailers")
+                .header("x-k", "v"),
+        );
+        let mut out = Vec::new();
+        assert!(
+            render_request(&p, true, &mut out).unwrap(),
+            "no length: chunked"
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /a?b=c HTTP/1.1\r\nhost: site.example:8443\r\nx-k: v\r\n\
+             cookie: a=1; b=2\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        let p = parts(
+            http::Request::builder()
+                .uri("http://h/")
+                .header("content-length", "3"),
+        );
+        let mut out = Vec::new();
+        assert!(
+            !render_request(&p, true, &mut out).unwrap(),
+            "a length stays"
+        );
+        let p = parts(
+            http::Request::builder()
+                .uri("/")
+                .header("connection", "close"),
+        );
+        assert!(render_request(&p, false, &mut Vec::new()).is_err());
+        let p = parts(http::Request::builder().uri("/").header("te", "gzip"));
+        assert!(render_request(&p, false, &mut Vec::new()).is_err());
+    }
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# HTTP/2 from clients: zgix vs nginx (`http2 on`) vs HAProxy (`alpn h2`) in
+# front of the same zgix-bench origin, all over TLS with the same
+# certificate, loaded by h2load in interleaved rounds: requests/s and the
+# proxy's CPU per request at 1 and 100 streams per connection, and the RSS an
+# idle h2 connection costs each proxy.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: scripts/bench-h2.sh [options]
+
+  --rounds N      interleaved rounds (zgix nginx haproxy, zgix ...), default 3
+  --requests N    requests per h2load run (default 20000)
+  --idle N        idle h2 connections held for the RSS figure (default 500)
+  --base-port P   first local port (default 19080; uses P..P+3)
+  --no-build      use the release binaries under $CARGO_TARGET_DIR (or ./target)
+  -h, --help      this text
+
+CPU plan: every proxy runs one worker/thread/shard pinned to CPU 0; the
+origin and h2load run on CPU 1. Two loads per round and target:
+"1 stream/conn" = h2load -c 16 -m 1, "100 streams/conn" = h2load -c 4
+-m 100. CPU per request = the proxy process's utime+stime (every thread,
+/proc/PID/stat, 10 ms ticks) over the run ÷ requests; medians over rounds.
+RSS per idle connection: N TLS connections that negotiate h2, send the
+preface and SETTINGS and then idle; (RSS with them − RSS before) ÷ N, of the
+serving process (nginx: the worker).
+USAGE
+}
+
+rounds=3 requests=20000 idle=500 base_port=19080 build=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds="$2"; shift 2 ;;
+        --requests) requests="$2"; shift 2 ;;
+        --idle) idle="$2"; shift 2 ;;
+        --base-port) base_port="$2"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench-h2: unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+for n in "$rounds" "$requests" "$idle" "$base_port"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-h2: $n is not a number" >&2; exit 2; }
+done
+PATH="$PATH:/usr/sbin:/sbin"
+for tool in h2load nginx haproxy openssl python3 taskset; do
+    command -v "$tool" >/dev/null || { echo "bench-h2: needs $tool (apt-get install nghttp2-client nginx haproxy openssl python3 util-linux)" >&2; exit 1; }
+done
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+[ "$build" = 1 ] && (cd "$root" && cargo build --release -q -p zgix -p zgix-bench)
+zgix_bin="$target_dir/release/zgix" bench_bin="$target_dir/release/zgix-bench"
+
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+origin_port=$base_port zgix_port=$((base_port + 1)) nginx_port=$((base_port + 2)) haproxy_port=$((base_port + 3))
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/k.pem" \
+    -out "$tmp/c.pem" -days 2 -subj /CN=bench.example -addext subjectAltName=DNS:bench.example 2>/dev/null
+cat "$tmp/c.pem" "$tmp/k.pem" >"$tmp/both.pem"
+
+wait_port() { # PORT
+    for _ in $(seq 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "bench-h2: nothing listens on $1" >&2; exit 1
+}
+
+taskset -c 1 "$bench_bin" origin --bind "127.0.0.1:$origin_port" --body-bytes 64 >"$tmp/origin.log" 2>&1 &
+pids+=($!)
+cat >"$tmp/zgix.json" <<JSON
+{"cpus": [0],
+ "listeners": [{"bind": "127.0.0.1:$zgix_port",
+   "tls": {"certificates": [{"cert": "$tmp/c.pem", "key": "$tmp/k.pem"}], "alpn": ["h2", "http/1.1"]},
+   "http": {"cluster": "o"}}],
+ "clusters": {"o": {"endpoints": ["127.0.0.1:$origin_port"]}}}
+JSON
+"$zgix_bin" --config "$tmp/zgix.json" >"$tmp/zgix.log" 2>&1 &
+zgix_pid=$!; pids+=("$zgix_pid")
+# `http2 on` is nginx 1.25.1 and later; before, `listen ... http2` (Debian 12 has 1.22).
+nginx_version="$(nginx -v 2>&1 | sed -n 's|.*nginx/\([0-9.]*\).*|\1|p')"
+if printf '%s\n1.25.1\n' "$nginx_version" | sort -V -C; then
+    nginx_listen="listen 127.0.0.1:$nginx_port ssl http2;" nginx_h2=""
+else
+    nginx_listen="listen 127.0.0.1:$nginx_port ssl;" nginx_h2="http2 on;"
+fi
+cat >"$tmp/nginx.conf" <<CONF
+daemon off; master_process on; worker_processes 1; worker_cpu_affinity 01;
+pid $tmp/nginx.pid; error_log $tmp/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream o { server 127.0.0.1:$origin_port; keepalive 64; }
+  server {
+    $nginx_listen $nginx_h2
+    ssl_certificate $tmp/c.pem; ssl_certificate_key $tmp/k.pem;
+    http2_max_concurrent_streams 128;
+    keepalive_requests 1000000;
+    location / { proxy_pass http://o; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+nginx -c "$tmp/nginx.conf" -e "$tmp/nginx.err" &
+pids+=($!)
+cat >"$tmp/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  cpu-map 1/1 0
+  maxconn 8192
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend f
+  bind 127.0.0.1:$haproxy_port ssl crt $tmp/both.pem alpn h2,http/1.1
+  default_backend o
+backend o
+  server o 127.0.0.1:$origin_port
+CONF
+haproxy -f "$tmp/haproxy.cfg" -db >"$tmp/haproxy.log" 2>&1 &
+haproxy_pid=$!; pids+=("$haproxy_pid")
+for p in $origin_port $zgix_port $nginx_port $haproxy_port; do wait_port "$p"; done
+nginx_worker() { pgrep -P "$(cat "$tmp/nginx.pid")" | head -1; }
+pid_of() {
+    case "$1" in zgix) echo "$zgix_pid" ;; nginx) nginx_worker ;; haproxy) echo "$haproxy_pid" ;; esac
+}
+port_of() {
+    case "$1" in zgix) echo "$zgix_port" ;; nginx) echo "$nginx_port" ;; haproxy) echo "$haproxy_port" ;; esac
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# run TARGET CONNS STREAMS: one h2load run; prints "req/s cpu_us_per_req".
+run() {
+    local t="$1" c="$2" m="$3" pid out t0 t1 ok
+    pid="$(pid_of "$t")"
+    t0="$(cpu_ticks "$pid")"
+    out="$(taskset -c 1 timeout 120 h2load -n "$requests" -c "$c" -m "$m" "https://127.0.0.1:$(port_of "$t")/" 2>&1)" ||
+        { echo "bench-h2: h2load failed on $t:" >&2; echo "$out" >&2; exit 1; }
+    t1="$(cpu_ticks "$pid")"
+    ok="$(awk '/^status codes:/ {print $3}' <<<"$out")"
+    [ "$ok" = "$requests" ] || { echo "bench-h2: $t answered $ok of $requests with 2xx:" >&2; echo "$out" >&2; exit 1; }
+    awk -v t0="$t0" -v t1="$t1" -v n="$requests" '/^finished in/ {
+        r = $4; sub(/,/, "", r); printf "%s %.2f\n", r, (t1 - t0) * 10000 / n }' <<<"$out"
+}
+
+# idle_rss TARGET: KiB of RSS per idle h2 connection.
+idle_rss() {
+    local t="$1" pid before after
+    pid="$(pid_of "$t")"
+    before="$(rss_kib "$pid")"
+    python3 - "$(port_of "$t")" "$idle" "$tmp/held-$t" <<'PY' &
+import socket, ssl, sys, time
+port, n, flag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["h2"])
+held = []
+for _ in range(n):
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="bench.example")
+    assert s.selected_alpn_protocol() == "h2", s.selected_alpn_protocol()
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+    held.append(s)
+time.sleep(1.5)  # let every server read the preface and answer
+open(flag, "w").close()
+time.sleep(3)
+PY
+    local py=$!
+    for _ in $(seq 400); do [ -e "$tmp/held-$t" ] && break; sleep 0.05; done
+    after="$(rss_kib "$pid")"
+    wait "$py" || true
+    awk -v a="$after" -v b="$before" -v n="$idle" 'BEGIN {printf "%.2f\n", (a - b) / n}'
+}
+
+median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+
+targets=(zgix nginx haproxy)
+for t in "${targets[@]}"; do run "$t" 4 10 >/dev/null; done # warm up: TLS, pools
+for r in $(seq "$rounds"); do
+    for t in "${targets[@]}"; do
+        echo "$t $(run "$t" 16 1)" >>"$tmp/m1"
+        echo "$t $(run "$t" 4 100)" >>"$tmp/m100"
+    done
+done
+for t in "${targets[@]}"; do echo "$t $(idle_rss "$t")" >>"$tmp/rss"; done
+
+echo "HTTP/2 over TLS, $requests requests per run, medians over $rounds interleaved rounds; proxy on CPU 0, origin and h2load on CPU 1"
+printf '%-8s %12s %12s %14s %14s %12s\n' target "req/s m=1" "us/req m=1" "req/s m=100" "us/req m=100" "KiB/idle"
+for t in "${targets[@]}"; do
+    printf '%-8s %12.0f %12.2f %14.0f %14.2f %12s\n' "$t" \
+        "$(awk -v t="$t" '$1 == t {print $2}' "$tmp/m1" | median)" \
+        "$(awk -v t="$t" '$1 == t {print $3}' "$tmp/m1" | median)" \
+        "$(awk -v t="$t" '$1 == t {print $2}' "$tmp/m100" | median)" \
+        "$(awk -v t="$t" '$1 == t {print $3}' "$tmp/m100" | median)" \
+        "$(awk -v t="$t" '$1 == t {print $2}' "$tmp/rss")"
+done
