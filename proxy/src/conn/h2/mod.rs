@@ -19,7 +19,7 @@ pub use stream::StreamIo;
 
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -223,8 +223,14 @@ impl Parent<'_> {
             limited: Cell::new(false),
         });
         let mut set: FuturesUnordered<StreamFut> = FuturesUnordered::new();
-        let drain_shard = self.shard.clone();
-        let mut drain = pin!(drain_shard.shutdown.acquire(1));
+        // Closed by a drain, and by a reload retiring this generation (then
+        // the connection follows and waits on the new one's).
+        let arm = |shard: Rc<shard::Shard>| {
+            Box::pin(async move {
+                let _ = shard.shutdown.acquire(1).await;
+            })
+        };
+        let mut drain = arm(self.shard.clone());
         let mut going_away = false;
         let mut resets = (Instant::now(), 0u32);
         // Refused for a flood or rapid resets: the GOAWAY is counted so.
@@ -298,8 +304,18 @@ impl Parent<'_> {
                     conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
                 }
                 Event::Drain => {
-                    going_away = true;
-                    conn.graceful_shutdown();
+                    if self.shard.retired.get() && !self.shard.draining.get() {
+                        // A reload: new streams go to the newest generation.
+                        if self.follow() {
+                            going_away = true;
+                            conn.graceful_shutdown();
+                        } else {
+                            drain = arm(self.shard.clone());
+                        }
+                    } else {
+                        going_away = true;
+                        conn.graceful_shutdown();
+                    }
                 }
                 Event::Closed => break,
                 Event::Failed(e) => {
