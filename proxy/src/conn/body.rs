@@ -11,6 +11,7 @@ use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
+use super::bulk::{Progress, RelayEnd, BULK_MIN};
 use super::client::ClientConn;
 use super::shard::Shard;
 use super::{upstream_io, Fail};
@@ -52,6 +53,7 @@ impl Upload<'_> {
                 BodyKind::Length(n) => {
                     let mut remaining = n - self.done;
                     pos += self.done as usize;
+                    let bulk = super::bulk::plain(self.client);
                     loop {
                         let take = ((cend - pos) as u64).min(remaining) as usize;
                         if take > 0 {
@@ -66,6 +68,11 @@ impl Upload<'_> {
                             break;
                         }
                         pos = 0;
+                        if let Some(c) = bulk.filter(|_| remaining > BULK_MIN) {
+                            relay_up(c, self.up, remaining, &mut cbuf[..]).await?;
+                            cend = 0;
+                            break;
+                        }
                         cend = read_client(self.client, &mut cbuf[..]).await?;
                     }
                 }
@@ -112,6 +119,25 @@ impl Upload<'_> {
         *self.cend = cend;
         self.finished.set(r.is_ok());
         r
+    }
+}
+
+/// The rest of a Content-Length request body on the bulk path (`bulk.rs`).
+async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
+    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE).await {
+        Ok(_) => Ok(()),
+        Err(RelayEnd::Dst(e)) => Err(upstream_io(&e)),
+        Err(_) => Err(Fail::ClientGone),
+    }
+}
+
+/// The rest of a Content-Length response body on the bulk path (`bulk.rs`).
+async fn relay_down(up: &Sock, client: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
+    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE).await {
+        Ok(_) => Ok(()),
+        Err(RelayEnd::Src(e)) => Err(upstream_io(&e)),
+        Err(RelayEnd::SrcEof) => Err(Fail::Upstream(UpstreamError::Reset)),
+        Err(RelayEnd::Dst(_)) => Err(Fail::ClientGone),
     }
 }
 
@@ -329,6 +355,11 @@ impl Download<'_> {
                 }
                 pos += first;
                 let mut remaining = n - first as u64;
+                if let Some(c) = super::bulk::plain(self.client).filter(|_| remaining > BULK_MIN) {
+                    *self.sent = true;
+                    relay_down(self.up, c, remaining, &mut self.ubuf[..]).await?;
+                    (remaining, pos, *self.uend) = (0, 0, 0);
+                }
                 while remaining > 0 {
                     let got = self.read_upstream().await?;
                     let take = (got as u64).min(remaining) as usize;

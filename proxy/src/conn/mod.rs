@@ -22,6 +22,7 @@
 
 mod admit;
 mod body;
+mod bulk;
 pub mod client;
 mod forward;
 pub mod handshake;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use futures_lite::future::zip;
 
+use super::bulk::{plain, relay, Progress, RelayEnd};
 use super::client::Stream;
 use super::{is_timeout, Conn, Next};
 use crate::io::{Buf, Sock};
@@ -53,6 +54,44 @@ async fn pump(
     to.close_write().await;
 }
 
+/// One direction of a plaintext tunnel on the bulk path (`bulk.rs`: spliced
+/// on epoll, received buffers sent as they are on the ring), with the same
+/// idle rule as [`pump`].
+async fn pump_bulk(
+    from: &Sock,
+    to: &Sock,
+    buf: &mut [u8],
+    pending: usize,
+    last: &Cell<Instant>,
+    idle: std::time::Duration,
+    bytes: &Counter,
+) {
+    if pending > 0 {
+        if to.write_all(&buf[..pending]).await.is_err() {
+            return;
+        }
+        bytes.add(pending as u64);
+    }
+    from.set_read_timeout(Some(idle));
+    to.set_write_timeout(Some(idle));
+    let progress = Progress {
+        last: Some(last),
+        bytes: Some(bytes),
+    };
+    loop {
+        match relay(from, to, None, buf, &progress).await {
+            Err(RelayEnd::Src(e)) if is_timeout(&e) => {
+                if from.now().duration_since(last.get()) < idle {
+                    continue;
+                }
+                break;
+            }
+            _ => break,
+        }
+    }
+    to.shutdown_write();
+}
+
 impl Conn {
     /// Relays the client and `up` until the tunnel ends; the connection then closes.
     pub(super) async fn tunnel(&mut self, up: Sock) -> Next {
@@ -71,6 +110,31 @@ impl Conn {
         x.cend = 0;
         let (cbuf, ubuf): (&mut Buf, &mut Buf) = (&mut x.cbuf, &mut x.ubuf);
         let last = Cell::new(shard.driver.now());
+        if let Some(c) = plain(&self.client) {
+            zip(
+                pump_bulk(
+                    c,
+                    &up,
+                    &mut cbuf[..],
+                    up_pending,
+                    &last,
+                    idle,
+                    &e.tunnel_bytes_up,
+                ),
+                pump_bulk(
+                    &up,
+                    c,
+                    &mut ubuf[..],
+                    down_pending,
+                    &last,
+                    idle,
+                    &e.tunnel_bytes_down,
+                ),
+            )
+            .await;
+            e.tunnels_active.fetch_sub(1, Ordering::Relaxed);
+            return Next::Close;
+        }
         zip(
             pump(
                 &self.client,

@@ -15,6 +15,20 @@ use std::time::Instant;
 
 use super::{epoll, uring, Backend, Driver, Role, Side, Slot, SlotBe, State, RD, WR};
 
+/// What one relay step did ([`Driver::poll_relay`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relayed {
+    /// That many bytes of the source's received buffers went out on the
+    /// destination, without a copy in user space.
+    Sent(usize),
+    /// Nothing is queued on the source: wait until it is readable.
+    Empty,
+    /// The source's next bytes are to be read and written (a buffer longer
+    /// than the bytes asked for, a socket read past the buffer ring, or a
+    /// backend that does not relay buffers: epoll).
+    Copy,
+}
+
 /// Which operation of a slot's write side a future started (ring: the
 /// operation's sequence number; epoll: whether its connect was issued).
 #[derive(Default)]
@@ -159,6 +173,71 @@ impl Driver {
             ),
             Backend::Epoll(_) => epoll::Epoll::poll_write(&mut st, token, buf, deadline, cx, now),
         }
+    }
+
+    /// Starts (first call) or polls a relayed send on `dst` of the whole
+    /// buffers queued on `src` (at most `max` bytes); epoll: always
+    /// [`Relayed::Copy`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn poll_relay(
+        &self,
+        src: u32,
+        dst: u32,
+        op: &mut OpId,
+        max: usize,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<Relayed>> {
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r.poll_relay(self, &mut st, src, dst, op, max, deadline, cx),
+            Backend::Epoll(_) => Poll::Ready(Ok(Relayed::Copy)),
+        }
+    }
+
+    /// One splice between socket `token` and a pipe end: into the pipe
+    /// (`into_pipe`, up to `n` bytes, waiting on the read side) or out of
+    /// it (exactly the `n` bytes it holds at most, waiting on the write
+    /// side). Epoll only: the ring's sockets are blocking, so a `splice(2)`
+    /// on them could stall the shard.
+    pub(super) fn poll_splice(
+        &self,
+        token: u32,
+        pipe_fd: RawFd,
+        n: usize,
+        into_pipe: bool,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let now = self.now();
+        let mut st = self.st.borrow_mut();
+        if !matches!(self.backend, Backend::Epoll(_)) {
+            return Poll::Ready(Err(io::ErrorKind::Unsupported.into()));
+        }
+        let s = &mut st.slots[token as usize];
+        let got = if into_pipe {
+            epoll::Epoll::try_splice_in(s, pipe_fd, n)
+        } else {
+            epoll::Epoll::try_splice_out(s, pipe_fd, n)
+        };
+        if let Some(r) = got {
+            if let Ok(k) = r {
+                let c = &self.stats.spliced_bytes;
+                if !into_pipe {
+                    c.set(c.get() + k as u64);
+                }
+            }
+            return Poll::Ready(r);
+        }
+        let which = if into_pipe { RD } else { WR };
+        if let Err(e) = st.wait_side(token, which, cx, deadline, now) {
+            return Poll::Ready(Err(e));
+        }
+        let e = st.slots[token as usize].be.e();
+        if (into_pipe && e.readable) || (!into_pipe && e.writable) {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 
     /// Starts (first call) or polls the connect of `token` to `addr`.

@@ -10,8 +10,8 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::addr::{setsockopt_int, tcp_socket};
-use super::ops::OpId;
-use super::{Driver, Role};
+use super::ops::{OpId, Relayed};
+use super::{Driver, Kind, Role};
 
 /// A TCP socket registered with the shard's driver. Dropping it closes the
 /// socket (after its kernel operations are cancelled, on the ring).
@@ -194,6 +194,66 @@ impl Sock {
         .await
     }
 
+    /// One relay step from `src` to this socket (uring): the whole buffers
+    /// `src` has received, up to `max` bytes, sent here without a copy in
+    /// user space, waiting (up to the write timeout) for the send to
+    /// complete. [`Relayed::Empty`] and [`Relayed::Copy`] send nothing.
+    pub async fn relay_from(&self, src: &Sock, max: usize) -> io::Result<Relayed> {
+        let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+        let mut op = OpGuard::new(self);
+        let r = poll_fn(|cx| {
+            self.driver
+                .poll_relay(src.token, self.token, &mut op.id, max, deadline, cx)
+        })
+        .await;
+        if let Ok(Relayed::Sent(n)) = r {
+            src.rx.set(src.rx.get() + n as u64);
+            self.tx.set(self.tx.get() + n as u64);
+        }
+        r
+    }
+
+    /// Whether this socket's driver splices ([`Sock::splice_in`]): epoll.
+    pub fn can_splice(&self) -> bool {
+        self.driver.kind() == Kind::Epoll
+    }
+
+    /// Splices up to `max` bytes (at most the pipe's room) from this socket
+    /// into the empty `pipe`, waiting up to the read timeout for a byte;
+    /// 0 at EOF.
+    pub async fn splice_in(&self, pipe: &mut Pipe, max: usize) -> io::Result<usize> {
+        debug_assert_eq!(pipe.held, 0);
+        let deadline = self.read_deadline();
+        let max = max.min(pipe.cap);
+        let n = poll_fn(|cx| {
+            self.driver
+                .poll_splice(self.token, pipe.w, max, true, deadline, cx)
+        })
+        .await?;
+        pipe.held = n;
+        self.rx.set(self.rx.get() + n as u64);
+        Ok(n)
+    }
+
+    /// Splices everything `pipe` holds into this socket, waiting (up to the
+    /// write timeout between progress) for room.
+    pub async fn splice_out(&self, pipe: &mut Pipe) -> io::Result<()> {
+        while pipe.held > 0 {
+            let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+            let k = poll_fn(|cx| {
+                self.driver
+                    .poll_splice(self.token, pipe.r, pipe.held, false, deadline, cx)
+            })
+            .await?;
+            if k == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            pipe.held -= k;
+            self.tx.set(self.tx.get() + k as u64);
+        }
+        Ok(())
+    }
+
     /// Half-closes the sending side (FIN after what is queued).
     pub fn shutdown_write(&self) {
         // SAFETY: fd is open.
@@ -290,5 +350,75 @@ impl Listener {
             }
         };
         Ok((Sock::from_fd(fd, &self.driver)?, peer))
+    }
+}
+
+/// Pipes one shard may have out at once: each holds up to [`PIPE_BYTES`]
+/// of spliced data, so this bounds what slow readers pin in pipes.
+pub const PIPES_MAX: usize = 256;
+/// The size asked for each pipe (`F_SETPIPE_SZ`; the default 64 KiB stays
+/// if the kernel refuses).
+pub const PIPE_BYTES: usize = 256 << 10;
+/// Idle pipes a shard keeps for the next relay.
+const PIPES_POOLED: usize = 32;
+
+/// A pipe for splicing between two sockets, from the shard's pool; an empty
+/// one goes back to it when dropped, one still holding bytes is closed.
+pub struct Pipe {
+    driver: Rc<Driver>,
+    r: RawFd,
+    w: RawFd,
+    cap: usize,
+    /// Bytes spliced in and not yet out.
+    held: usize,
+}
+
+impl Pipe {
+    /// A pipe, unless the shard has [`PIPES_MAX`] out or `pipe2` fails (the
+    /// caller copies instead; counted in `splice_fallbacks`).
+    pub fn take(driver: &Rc<Driver>) -> Option<Pipe> {
+        let (r, w) = match driver.pipes.borrow_mut().pop() {
+            Some(p) => p,
+            None if driver.pipes_out.get() >= PIPES_MAX => return None,
+            None => {
+                let mut fds = [0 as RawFd; 2];
+                // SAFETY: fds has room for the two descriptors.
+                let rc =
+                    unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+                if rc != 0 {
+                    return None;
+                }
+                // SAFETY: fds[1] was just opened; a refusal leaves the default size.
+                unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int) };
+                (fds[0], fds[1])
+            }
+        };
+        // SAFETY: w is an open pipe descriptor.
+        let cap = unsafe { libc::fcntl(w, libc::F_GETPIPE_SZ) };
+        driver.pipes_out.set(driver.pipes_out.get() + 1);
+        Some(Pipe {
+            driver: driver.clone(),
+            r,
+            w,
+            cap: if cap > 0 { cap as usize } else { 64 << 10 },
+            held: 0,
+        })
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        let d = &self.driver;
+        d.pipes_out.set(d.pipes_out.get() - 1);
+        let mut pool = d.pipes.borrow_mut();
+        if self.held == 0 && pool.len() < PIPES_POOLED {
+            pool.push((self.r, self.w));
+        } else {
+            // SAFETY: both ends are owned here and closed once.
+            unsafe {
+                libc::close(self.r);
+                libc::close(self.w);
+            }
+        }
     }
 }

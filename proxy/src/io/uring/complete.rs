@@ -18,6 +18,7 @@ impl Ring {
     /// sleeps until one more (a receive, an accept, a wake) arrives.
     pub(in crate::io) fn turn(&self, d: &Driver, how: Turn) -> usize {
         let wait: Option<Duration> = how.timeout();
+        self.drain_returned(&mut d.st.borrow_mut());
         {
             let mut ring = self.ring.borrow_mut();
             self.flush_backlog(&mut ring);
@@ -153,8 +154,11 @@ impl Ring {
                 if std::mem::take(&mut u.abandoned) {
                     // Its future went away: the chunk comes back now.
                     u.op = Op::Idle;
-                    if let Some(c) = u.send.take() {
-                        self.sends.give(c);
+                    self.give_back(u);
+                } else if u.relay.is_some() && !s.closed {
+                    // A relayed send goes on by itself until all its bytes are out.
+                    if self.relay_sent(s, token, res) {
+                        return;
                     }
                 } else {
                     u.op = Op::Done(res);
@@ -237,6 +241,12 @@ impl Ring {
             let u = s.be.u();
             u.recv_armed = false;
             u.ops -= 1;
+            // Paused, but the reader took the queue down while the cancel
+            // was on its way: nobody else would re-arm it.
+            let cap = u.rq_cap.max(RQ_MAX);
+            if u.recv_paused && u.rq_len <= cap / 2 {
+                u.recv_paused = false;
+            }
             if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved {
                 let c = &d.stats.recv_rearm_other;
                 c.set(c.get() + 1);
@@ -244,7 +254,15 @@ impl Ring {
             }
         }
         let u = s.be.u();
-        if !s.closed && u.recv_armed && !u.recv_paused && u.rq_len >= RQ_MAX {
+        // A bulk socket may hold more unread buffers while the shard has
+        // most of its buffers in the ring (the cap per connection and the
+        // shard's ring bound what 10,000 slow readers can hold).
+        let cap = if u.rq_cap > RQ_MAX && self.held.get() * 2 < self.bufs.entries as usize {
+            u.rq_cap
+        } else {
+            RQ_MAX
+        };
+        if !s.closed && u.recv_armed && !u.recv_paused && u.rq_len >= cap {
             u.recv_paused = true;
             self.cancel(K_RECV, token, gen);
             let c = &d.stats.recv_paused;
@@ -259,13 +277,12 @@ impl Ring {
     fn retire(&self, st: &mut State, token: u32) {
         let u = st.slots[token as usize].be.u();
         debug_assert_eq!(u.ops, 0);
-        if let Some(c) = u.send.take() {
-            self.sends.give(c);
-        }
+        self.give_back(u);
         for fd in u.accepted.drain(..) {
             // SAFETY: accepted descriptors nobody took are ours to close.
             unsafe { libc::close(fd) };
         }
         Driver::free_slot(st, token);
+        self.drain_returned(st);
     }
 }

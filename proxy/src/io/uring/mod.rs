@@ -36,6 +36,7 @@
 
 mod bufs;
 mod complete;
+mod relay;
 mod sock;
 
 use std::cell::{Cell, RefCell};
@@ -57,6 +58,14 @@ Set \"io\": {\"driver\": \"epoll\"} to choose epoll without this message.";
 
 /// Unread buffers at which a socket's receive is paused.
 pub const RQ_MAX: u16 = 4;
+
+/// The same for a socket whose bytes are relayed in bulk
+/// ([`Ring::poll_relay`]), while the shard holds less than half its
+/// buffers: the receive keeps running while the previous bytes are sent.
+pub const RQ_BULK: u16 = 8;
+
+/// Provided buffers one relayed send (`sendmsg`) takes at most.
+pub const RELAY_BUFS: usize = 8;
 
 /// Accepts a listener has submitted or completed but not handed out, at
 /// most: the ring takes connections off the backlog only as the accept loop
@@ -166,6 +175,12 @@ pub(in crate::io) struct USock {
     bulk: bool,
     /// The bytes of the send, owned here from submission to completion.
     send: Option<Chunk>,
+    /// A relayed send's provided buffers (another socket's received bytes,
+    /// sent without a copy), owned here likewise.
+    relay: Option<Box<relay::Relay>>,
+    /// Unread buffers at which this socket's receive is paused: [`RQ_MAX`],
+    /// or [`RQ_BULK`] while its bytes are relayed.
+    rq_cap: u16,
     /// The connect's address, owned here while the kernel may read it.
     addr: Option<Box<(libc::sockaddr_storage, libc::socklen_t)>>,
     /// Entries submitted or queued that name this socket: its descriptor
@@ -198,6 +213,8 @@ impl USock {
             send_full: false,
             bulk: false,
             send: None,
+            relay: None,
+            rq_cap: RQ_MAX,
             addr: None,
             ops: 0,
             accepts_armed: 0,
@@ -215,6 +232,9 @@ pub struct Ring {
     meta: RefCell<Vec<Meta>>,
     /// Buffers queued on sockets (not in the kernel's ring).
     held: Cell<usize>,
+    /// Buffers of relayed sends that ended where the slot table was not at
+    /// hand: recycled at the next turn (or relay poll).
+    returned: RefCell<Vec<u16>>,
     /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
     starved: RefCell<Vec<(u32, u32)>>,
     /// Entries that found the submission queue full (see [`Ring::push`]).
@@ -274,6 +294,7 @@ impl Ring {
             bufs,
             sends: SendPool::default(),
             held: Cell::new(0),
+            returned: RefCell::new(Vec::new()),
             starved: RefCell::new(Vec::with_capacity(64)),
             backlog: RefCell::new(Vec::new()),
             inline_sends: Cell::new(0),

@@ -45,9 +45,7 @@ impl Ring {
         }
         let u = st.slots[token as usize].be.u();
         if u.ops == 0 {
-            if let Some(c) = u.send.take() {
-                self.sends.give(c);
-            }
+            self.give_back(u);
             for fd in u.accepted.drain(..) {
                 // SAFETY: accepted descriptors nobody took are ours to close.
                 unsafe { libc::close(fd) };
@@ -88,6 +86,8 @@ impl Ring {
         }
         let s = &mut st.slots[token as usize];
         let u = s.be.u();
+        // A plain read ends bulk relaying: the next bytes are a head, or small.
+        u.rq_cap = RQ_MAX;
         if u.recv_paused && !u.recv_armed && u.rq_len <= RQ_MAX / 2 && !s.hup {
             u.recv_paused = false;
             self.arm_recv(s, token);
@@ -233,7 +233,7 @@ impl Ring {
     }
 
     /// Nobody will take the result of the slot's operation.
-    fn abandon(&self, s: &mut Slot, token: u32) {
+    pub(super) fn abandon(&self, s: &mut Slot, token: u32) {
         let gen = s.gen;
         let u = s.be.u();
         match u.op {
@@ -249,11 +249,20 @@ impl Ring {
     }
 
     /// Ends a completed operation: its chunk goes back to the pool.
-    fn finish(&self, s: &mut Slot) {
+    pub(super) fn finish(&self, s: &mut Slot) {
         let u = s.be.u();
         u.op = Op::Idle;
+        self.give_back(u);
+    }
+
+    /// A send's memory goes back: its chunk to the pool, a relayed send's
+    /// provided buffers to the list the next turn recycles.
+    pub(super) fn give_back(&self, u: &mut super::USock) {
         if let Some(c) = u.send.take() {
             self.sends.give(c);
+        }
+        if let Some(r) = u.relay.take() {
+            self.returned.borrow_mut().extend_from_slice(r.bids());
         }
     }
 

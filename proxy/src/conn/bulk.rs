@@ -1,0 +1,155 @@
+//! The bulk path: a body (or tunnel direction) that zgix only relays, past [`BULK_MIN`] bytes, moves socket to socket without passing through the exchange's buffers: spliced through a pipe (epoll) or as the received buffers themselves (uring).
+//!
+//! It applies where zgix neither reads nor changes the bytes: a
+//! Content-Length body (RFC 9112 §6.2: the length alone frames it, so the
+//! bytes after the head are relayed as they come, exactly that many), a
+//! close-delimited response, and a tunnel after `101` (RFC 9110 §7.8),
+//! both sockets plaintext. A TLS client, a chunked body (re-encoded or
+//! scanned, RFC 9112 §7.1) and the first bytes that came in with a head stay
+//! on the copy path of `body.rs`.
+//!
+//! - epoll: `splice(2)` from the source socket into a pipe from the shard's
+//!   pool and from the pipe into the destination, both non-blocking on the
+//!   driver's readiness; the kernel moves page references, nothing is
+//!   copied in user space. A shard with all its pipes out
+//!   (`io::PIPES_MAX`) copies instead.
+//! - uring: the provided buffers a multishot receive filled are sent on as
+//!   they are, several per `sendmsg`, while the source socket may keep up
+//!   to `RQ_BULK` buffers unread (the window grows with the transfer,
+//!   bounded per connection, and per shard by its buffer ring). A buffer
+//!   that reaches past the body's end, or a socket read past an empty
+//!   buffer ring, is copied through the exchange's buffer.
+
+use std::cell::Cell;
+use std::io;
+use std::time::Instant;
+
+use super::client::ClientConn;
+use crate::io::{Pipe, Relayed, Sock};
+
+/// Bytes still to relay above which an exchange takes the bulk path.
+pub(super) const BULK_MIN: u64 = 64 << 10;
+
+/// The most one relay step asks for (the ring caps it further by
+/// `RELAY_BUFS` buffers, epoll by the pipe's size).
+const STEP_MAX: u64 = 1 << 20;
+
+/// Why a relay ended before its bytes were all moved.
+#[derive(Debug)]
+pub(super) enum RelayEnd {
+    /// Reading the source failed or timed out.
+    Src(io::Error),
+    /// The source closed before the bytes it owed.
+    SrcEof,
+    /// Writing the destination failed or timed out.
+    Dst(io::Error),
+}
+
+/// The client's socket when the connection is plaintext (the bulk path
+/// never sees TLS: the record layer must decrypt and encrypt every byte).
+pub(super) fn plain(client: &ClientConn) -> Option<&Sock> {
+    client.tls().is_none().then(|| client.sock())
+}
+
+/// Progress of a relay: the time of the last bytes (tunnel idleness) and
+/// what to count them in.
+pub(super) struct Progress<'a> {
+    pub last: Option<&'a Cell<Instant>>,
+    pub bytes: Option<&'a crate::observe::counter::Counter>,
+}
+
+impl Progress<'_> {
+    pub(super) const NONE: Progress<'static> = Progress {
+        last: None,
+        bytes: None,
+    };
+
+    fn moved(&self, src: &Sock, n: usize) {
+        if let Some(l) = self.last {
+            l.set(src.driver().now());
+        }
+        if let Some(b) = self.bytes {
+            b.add(n as u64);
+        }
+    }
+}
+
+/// Relays `n` bytes (`None`: until the source's EOF) from `src` to `dst`;
+/// `buf` carries what cannot be relayed as it is. Returns the bytes moved.
+pub(super) async fn relay(
+    src: &Sock,
+    dst: &Sock,
+    n: Option<u64>,
+    buf: &mut [u8],
+    progress: &Progress<'_>,
+) -> Result<u64, RelayEnd> {
+    if dst.can_splice() {
+        match Pipe::take(src.driver()) {
+            Some(mut pipe) => return splice(src, dst, n, &mut pipe, progress).await,
+            None => {
+                let c = &src.driver().stats.splice_fallbacks;
+                c.set(c.get() + 1);
+            }
+        }
+    }
+    let mut left = n.unwrap_or(u64::MAX);
+    let mut moved = 0u64;
+    while left > 0 {
+        let max = left.min(STEP_MAX) as usize;
+        let mut waited = false;
+        let k = loop {
+            match dst.relay_from(src, max).await.map_err(RelayEnd::Dst)? {
+                Relayed::Sent(k) => break k,
+                Relayed::Empty if !waited => {
+                    src.readable().await.map_err(RelayEnd::Src)?;
+                    waited = true;
+                }
+                Relayed::Empty | Relayed::Copy => {
+                    let want = max.min(buf.len());
+                    let k = src.read(&mut buf[..want]).await.map_err(RelayEnd::Src)?;
+                    if k == 0 {
+                        return eof(n, moved);
+                    }
+                    dst.write_all(&buf[..k]).await.map_err(RelayEnd::Dst)?;
+                    break k;
+                }
+            }
+        };
+        progress.moved(src, k);
+        left -= k as u64;
+        moved += k as u64;
+    }
+    Ok(moved)
+}
+
+/// The epoll bulk path: source to pipe, pipe to destination.
+async fn splice(
+    src: &Sock,
+    dst: &Sock,
+    n: Option<u64>,
+    pipe: &mut Pipe,
+    progress: &Progress<'_>,
+) -> Result<u64, RelayEnd> {
+    let mut left = n.unwrap_or(u64::MAX);
+    let mut moved = 0u64;
+    while left > 0 {
+        let max = left.min(STEP_MAX) as usize;
+        let k = src.splice_in(pipe, max).await.map_err(RelayEnd::Src)?;
+        if k == 0 {
+            return eof(n, moved);
+        }
+        dst.splice_out(pipe).await.map_err(RelayEnd::Dst)?;
+        progress.moved(src, k);
+        left -= k as u64;
+        moved += k as u64;
+    }
+    Ok(moved)
+}
+
+/// The source's EOF: the end of a relay until EOF, else a short body.
+fn eof(n: Option<u64>, moved: u64) -> Result<u64, RelayEnd> {
+    match n {
+        None => Ok(moved),
+        Some(_) => Err(RelayEnd::SrcEof),
+    }
+}
