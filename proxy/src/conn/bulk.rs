@@ -83,38 +83,51 @@ pub(super) async fn relay(
     buf: &mut [u8],
     progress: &Progress<'_>,
 ) -> Result<u64, RelayEnd> {
-    if dst.can_splice() {
-        match Pipe::take(src.driver()) {
-            Some(mut pipe) => return splice(src, dst, n, &mut pipe, progress).await,
-            None => {
-                let c = &src.driver().stats.splice_fallbacks;
-                c.set(c.get() + 1);
-            }
-        }
-    }
     let mut left = n.unwrap_or(u64::MAX);
     let mut moved = 0u64;
-    while left > 0 {
+    let pipe = Pipe::take(src.driver());
+    let _hold = pipe.as_ref().map(|_| Hold::new(src));
+    if pipe.is_none() {
+        let c = &src.driver().stats.splice_fallbacks;
+        c.set(c.get() + 1);
+    }
+    // Without a pipe, everything; with one, what the ring's receive had
+    // queued before it was held off (the bytes keep their order).
+    while left > 0 && (pipe.is_none() || !src.receive_idle()) {
         let max = left.min(STEP_MAX) as usize;
-        let mut waited = false;
-        let k = loop {
-            match dst.relay_from(src, max).await.map_err(RelayEnd::Dst)? {
-                Relayed::Sent(k) => break k,
-                Relayed::Empty if !waited => {
-                    src.readable().await.map_err(RelayEnd::Src)?;
-                    waited = true;
-                }
-                Relayed::Empty | Relayed::Copy => {
-                    let want = max.min(buf.len());
-                    let k = src.read(&mut buf[..want]).await.map_err(RelayEnd::Src)?;
-                    if k == 0 {
-                        return eof(n, moved);
-                    }
-                    dst.write_all(&buf[..k]).await.map_err(RelayEnd::Dst)?;
-                    break k;
+        let k = match dst.relay_from(src, max).await.map_err(RelayEnd::Dst)? {
+            Relayed::Sent(k) => k,
+            Relayed::Empty if pipe.is_some() => {
+                // Wakes with bytes, at EOF, or when the held receive stopped.
+                src.readable().await.map_err(RelayEnd::Src)?;
+                continue;
+            }
+            Relayed::Empty => {
+                src.readable().await.map_err(RelayEnd::Src)?;
+                match dst.relay_from(src, max).await.map_err(RelayEnd::Dst)? {
+                    Relayed::Sent(k) => k,
+                    _ => copy(src, dst, max, buf).await?,
                 }
             }
+            Relayed::Copy => copy(src, dst, max, buf).await?,
         };
+        if k == 0 {
+            return eof(n, moved);
+        }
+        progress.moved(src, k);
+        left -= k as u64;
+        moved += k as u64;
+    }
+    let Some(mut pipe) = pipe else {
+        return Ok(moved);
+    };
+    while left > 0 {
+        let max = left.min(STEP_MAX) as usize;
+        let k = src.splice_in(&mut pipe, max).await.map_err(RelayEnd::Src)?;
+        if k == 0 {
+            return eof(n, moved);
+        }
+        dst.splice_out(&mut pipe).await.map_err(RelayEnd::Dst)?;
         progress.moved(src, k);
         left -= k as u64;
         moved += k as u64;
@@ -122,28 +135,31 @@ pub(super) async fn relay(
     Ok(moved)
 }
 
-/// The epoll bulk path: source to pipe, pipe to destination.
-async fn splice(
-    src: &Sock,
-    dst: &Sock,
-    n: Option<u64>,
-    pipe: &mut Pipe,
-    progress: &Progress<'_>,
-) -> Result<u64, RelayEnd> {
-    let mut left = n.unwrap_or(u64::MAX);
-    let mut moved = 0u64;
-    while left > 0 {
-        let max = left.min(STEP_MAX) as usize;
-        let k = src.splice_in(pipe, max).await.map_err(RelayEnd::Src)?;
-        if k == 0 {
-            return eof(n, moved);
-        }
-        dst.splice_out(pipe).await.map_err(RelayEnd::Dst)?;
-        progress.moved(src, k);
-        left -= k as u64;
-        moved += k as u64;
+/// One read of up to `max` bytes into `buf` and its write; 0 at EOF.
+async fn copy(src: &Sock, dst: &Sock, max: usize, buf: &mut [u8]) -> Result<usize, RelayEnd> {
+    let want = max.min(buf.len());
+    let k = src.read(&mut buf[..want]).await.map_err(RelayEnd::Src)?;
+    if k > 0 {
+        dst.write_all(&buf[..k]).await.map_err(RelayEnd::Dst)?;
     }
-    Ok(moved)
+    Ok(k)
+}
+
+/// The source's ring receive held off while splices read the socket,
+/// resumed when the relay ends (whichever way).
+struct Hold<'a>(&'a Sock);
+
+impl<'a> Hold<'a> {
+    fn new(s: &'a Sock) -> Hold<'a> {
+        s.hold_receiving(true);
+        Hold(s)
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.0.hold_receiving(false);
+    }
 }
 
 /// The source's EOF: the end of a relay until EOF, else a short body.

@@ -369,21 +369,9 @@ pub struct Driver {
     notified_seen: Cell<u64>,
     notify_wakers: RefCell<Vec<Waker>>,
     /// Idle pipes for splicing (epoll), and how many are out.
-    pipes: RefCell<Vec<(RawFd, RawFd)>>,
+    pipes: RefCell<Vec<Rc<sock::PipeFds>>>,
     pipes_out: Cell<usize>,
     pub stats: DriverStats,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        for (r, w) in self.pipes.borrow_mut().drain(..) {
-            // SAFETY: pooled pipe ends are owned by the driver, closed once.
-            unsafe {
-                libc::close(r);
-                libc::close(w);
-            }
-        }
-    }
 }
 
 impl Driver {

@@ -10,9 +10,11 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use super::sock::PipeFds;
 use super::{epoll, uring, Backend, Driver, Role, Side, Slot, SlotBe, State, RD, WR};
 
 /// What one relay step did ([`Driver::poll_relay`]).
@@ -195,15 +197,17 @@ impl Driver {
         }
     }
 
-    /// One splice between socket `token` and a pipe end: into the pipe
-    /// (`into_pipe`, up to `n` bytes, waiting on the read side) or out of
-    /// it (exactly the `n` bytes it holds at most, waiting on the write
-    /// side). Epoll only: the ring's sockets are blocking, so a `splice(2)`
-    /// on them could stall the shard.
+    /// One splice between socket `token` and pipe `fds`: into the pipe
+    /// (`into_pipe`, up to `n` bytes, on the read side) or out of it (at
+    /// most the `n` bytes it holds, on the write side). epoll: a
+    /// non-blocking `splice(2)` on readiness; uring: an `IORING_OP_SPLICE`
+    /// (the kernel runs it in a worker, since splicing may block).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn poll_splice(
         &self,
         token: u32,
-        pipe_fd: RawFd,
+        op: &mut OpId,
+        fds: &Rc<PipeFds>,
         n: usize,
         into_pipe: bool,
         deadline: Option<Instant>,
@@ -211,33 +215,62 @@ impl Driver {
     ) -> Poll<io::Result<usize>> {
         let now = self.now();
         let mut st = self.st.borrow_mut();
-        if !matches!(self.backend, Backend::Epoll(_)) {
-            return Poll::Ready(Err(io::ErrorKind::Unsupported.into()));
-        }
-        let s = &mut st.slots[token as usize];
-        let got = if into_pipe {
-            epoll::Epoll::try_splice_in(s, pipe_fd, n)
-        } else {
-            epoll::Epoll::try_splice_out(s, pipe_fd, n)
-        };
-        if let Some(r) = got {
-            if let Ok(k) = r {
-                let c = &self.stats.spliced_bytes;
-                if !into_pipe {
-                    c.set(c.get() + k as u64);
-                }
+        let r = match &self.backend {
+            Backend::Uring(r) if into_pipe => {
+                r.poll_splice_in(self, &mut st, token, op, fds, n, deadline, cx)
             }
-            return Poll::Ready(r);
+            Backend::Uring(r) => r.poll_op(
+                self,
+                &mut st,
+                token,
+                op,
+                uring::What::Splice(fds, n),
+                deadline,
+                cx,
+            ),
+            Backend::Epoll(_) => epoll_splice(&mut st, token, fds, n, into_pipe, deadline, cx, now),
+        };
+        if let Poll::Ready(Ok(k)) = r {
+            if !into_pipe {
+                let c = &self.stats.spliced_bytes;
+                c.set(c.get() + k as u64);
+            }
         }
-        let which = if into_pipe { RD } else { WR };
-        if let Err(e) = st.wait_side(token, which, cx, deadline, now) {
-            return Poll::Ready(Err(e));
+        r
+    }
+
+    /// A splice future went away (see [`Driver::drop_op`]).
+    pub(super) fn drop_splice(&self, token: u32, into_pipe: bool, op: &mut OpId) {
+        if !into_pipe {
+            return self.drop_op(token, op);
         }
-        let e = st.slots[token as usize].be.e();
-        if (into_pipe && e.readable) || (!into_pipe && e.writable) {
-            cx.waker().wake_by_ref();
+        if op.0.is_none() {
+            return;
         }
-        Poll::Pending
+        let mut st = self.st.borrow_mut();
+        if let Backend::Uring(r) = &self.backend {
+            r.drop_splice_in(&mut st.slots[token as usize], token, op);
+        }
+        op.0 = None;
+    }
+
+    /// Holds off or resumes the ring's receive on `token` (splices read
+    /// the socket meanwhile); nothing on epoll.
+    pub(super) fn hold_receiving(&self, token: u32, on: bool) {
+        if let Backend::Uring(r) = &self.backend {
+            let mut st = self.st.borrow_mut();
+            r.hold_receiving(&mut st.slots[token as usize], token, on);
+        }
+    }
+
+    /// Whether `token`'s held-off receive ended with nothing queued (epoll: always).
+    pub(super) fn receive_idle(&self, token: u32) -> bool {
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        match &self.backend {
+            Backend::Uring(_) => uring::Ring::receive_idle(s),
+            Backend::Epoll(_) => true,
+        }
     }
 
     /// Starts (first call) or polls the connect of `token` to `addr`.
@@ -340,4 +373,36 @@ impl Driver {
     ) -> io::Result<()> {
         st.wait_side(token, WR, cx, deadline, now)
     }
+}
+
+/// epoll's splice: one non-blocking `splice(2)`, else a wait for the edge.
+#[allow(clippy::too_many_arguments)]
+fn epoll_splice(
+    st: &mut State,
+    token: u32,
+    fds: &PipeFds,
+    n: usize,
+    into_pipe: bool,
+    deadline: Option<Instant>,
+    cx: &Context<'_>,
+    now: Instant,
+) -> Poll<io::Result<usize>> {
+    let s = &mut st.slots[token as usize];
+    let got = if into_pipe {
+        epoll::Epoll::try_splice_in(s, fds.w, n)
+    } else {
+        epoll::Epoll::try_splice_out(s, fds.r, n)
+    };
+    if let Some(r) = got {
+        return Poll::Ready(r);
+    }
+    let which = if into_pipe { RD } else { WR };
+    if let Err(e) = st.wait_side(token, which, cx, deadline, now) {
+        return Poll::Ready(Err(e));
+    }
+    let e = st.slots[token as usize].be.e();
+    if (into_pipe && e.readable) || (!into_pipe && e.writable) {
+        cx.waker().wake_by_ref();
+    }
+    Poll::Pending
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::addr::{setsockopt_int, tcp_socket};
 use super::ops::{OpId, Relayed};
-use super::{Driver, Kind, Role};
+use super::{Driver, Role};
 
 /// A TCP socket registered with the shard's driver. Dropping it closes the
 /// socket (after its kernel operations are cancelled, on the ring).
@@ -213,9 +213,16 @@ impl Sock {
         r
     }
 
-    /// Whether this socket's driver splices ([`Sock::splice_in`]): epoll.
-    pub fn can_splice(&self) -> bool {
-        self.driver.kind() == Kind::Epoll
+    /// Holds off (or resumes) the ring's receive so that splices read the
+    /// socket itself; a no-op on epoll.
+    pub fn hold_receiving(&self, on: bool) {
+        self.driver.hold_receiving(self.token, on);
+    }
+
+    /// Whether a held-off receive has stopped with nothing left queued
+    /// (always on epoll): from now on only splices read the socket.
+    pub fn receive_idle(&self) -> bool {
+        self.driver.receive_idle(self.token)
     }
 
     /// Splices up to `max` bytes (at most the pipe's room) from this socket
@@ -225,9 +232,10 @@ impl Sock {
         debug_assert_eq!(pipe.held, 0);
         let deadline = self.read_deadline();
         let max = max.min(pipe.cap);
+        let mut op = SpliceGuard::new(self, true);
         let n = poll_fn(|cx| {
             self.driver
-                .poll_splice(self.token, pipe.w, max, true, deadline, cx)
+                .poll_splice(self.token, &mut op.id, &pipe.fds, max, true, deadline, cx)
         })
         .await?;
         pipe.held = n;
@@ -240,9 +248,11 @@ impl Sock {
     pub async fn splice_out(&self, pipe: &mut Pipe) -> io::Result<()> {
         while pipe.held > 0 {
             let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+            let mut op = SpliceGuard::new(self, false);
             let k = poll_fn(|cx| {
-                self.driver
-                    .poll_splice(self.token, pipe.r, pipe.held, false, deadline, cx)
+                self.driver.poll_splice(
+                    self.token, &mut op.id, &pipe.fds, pipe.held, false, deadline, cx,
+                )
             })
             .await?;
             if k == 0 {
@@ -282,6 +292,35 @@ impl<'a> OpGuard<'a> {
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
         self.driver.drop_op(self.token, &mut self.id);
+    }
+}
+
+/// A splice future's claim on its socket's splice slot (the read side's
+/// for splices in, the write side's for splices out): dropped early, the
+/// splice is cancelled and left to the driver, which keeps the pipe open
+/// until its completion.
+struct SpliceGuard<'a> {
+    driver: &'a Driver,
+    token: u32,
+    into_pipe: bool,
+    id: OpId,
+}
+
+impl<'a> SpliceGuard<'a> {
+    fn new(sock: &'a Sock, into_pipe: bool) -> SpliceGuard<'a> {
+        SpliceGuard {
+            driver: &sock.driver,
+            token: sock.token,
+            into_pipe,
+            id: OpId::default(),
+        }
+    }
+}
+
+impl Drop for SpliceGuard<'_> {
+    fn drop(&mut self) {
+        self.driver
+            .drop_splice(self.token, self.into_pipe, &mut self.id);
     }
 }
 
@@ -354,7 +393,8 @@ impl Listener {
 }
 
 /// Pipes one shard may have out at once: each holds up to [`PIPE_BYTES`]
-/// of spliced data, so this bounds what slow readers pin in pipes.
+/// of spliced data (and, on the ring, at most two kernel workers blocked in
+/// its splices), so this bounds what slow readers pin.
 pub const PIPES_MAX: usize = 256;
 /// The size asked for each pipe (`F_SETPIPE_SZ`; the default 64 KiB stays
 /// if the kernel refuses).
@@ -362,12 +402,30 @@ pub const PIPE_BYTES: usize = 256 << 10;
 /// Idle pipes a shard keeps for the next relay.
 const PIPES_POOLED: usize = 32;
 
+/// A pipe's two descriptors, closed when the last holder lets go: the
+/// relay's [`Pipe`], and on the ring each splice in flight (the kernel may
+/// use them until its completion, whatever happens to the future).
+pub(in crate::io) struct PipeFds {
+    pub(in crate::io) r: RawFd,
+    pub(in crate::io) w: RawFd,
+}
+
+impl Drop for PipeFds {
+    fn drop(&mut self) {
+        // SAFETY: both ends are owned here and closed once.
+        unsafe {
+            libc::close(self.r);
+            libc::close(self.w);
+        }
+    }
+}
+
 /// A pipe for splicing between two sockets, from the shard's pool; an empty
-/// one goes back to it when dropped, one still holding bytes is closed.
+/// one that no splice still names goes back to it when dropped, any other
+/// is closed (once the kernel is done with it).
 pub struct Pipe {
     driver: Rc<Driver>,
-    r: RawFd,
-    w: RawFd,
+    fds: Rc<PipeFds>,
     cap: usize,
     /// Bytes spliced in and not yet out.
     held: usize,
@@ -377,7 +435,7 @@ impl Pipe {
     /// A pipe, unless the shard has [`PIPES_MAX`] out or `pipe2` fails (the
     /// caller copies instead; counted in `splice_fallbacks`).
     pub fn take(driver: &Rc<Driver>) -> Option<Pipe> {
-        let (r, w) = match driver.pipes.borrow_mut().pop() {
+        let fds = match driver.pipes.borrow_mut().pop() {
             Some(p) => p,
             None if driver.pipes_out.get() >= PIPES_MAX => return None,
             None => {
@@ -390,16 +448,18 @@ impl Pipe {
                 }
                 // SAFETY: fds[1] was just opened; a refusal leaves the default size.
                 unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int) };
-                (fds[0], fds[1])
+                Rc::new(PipeFds {
+                    r: fds[0],
+                    w: fds[1],
+                })
             }
         };
         // SAFETY: w is an open pipe descriptor.
-        let cap = unsafe { libc::fcntl(w, libc::F_GETPIPE_SZ) };
+        let cap = unsafe { libc::fcntl(fds.w, libc::F_GETPIPE_SZ) };
         driver.pipes_out.set(driver.pipes_out.get() + 1);
         Some(Pipe {
             driver: driver.clone(),
-            r,
-            w,
+            fds,
             cap: if cap > 0 { cap as usize } else { 64 << 10 },
             held: 0,
         })
@@ -411,14 +471,8 @@ impl Drop for Pipe {
         let d = &self.driver;
         d.pipes_out.set(d.pipes_out.get() - 1);
         let mut pool = d.pipes.borrow_mut();
-        if self.held == 0 && pool.len() < PIPES_POOLED {
-            pool.push((self.r, self.w));
-        } else {
-            // SAFETY: both ends are owned here and closed once.
-            unsafe {
-                libc::close(self.r);
-                libc::close(self.w);
-            }
+        if self.held == 0 && Rc::strong_count(&self.fds) == 1 && pool.len() < PIPES_POOLED {
+            pool.push(self.fds.clone());
         }
     }
 }

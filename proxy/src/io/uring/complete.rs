@@ -7,7 +7,7 @@ use io_uring::{cqueue, types};
 use super::super::{Driver, State, Turn, NO_BUF};
 use super::{
     ud_parts, Meta, Op, Ring, INLINE_PARK_MAX, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV,
-    K_SEND, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
+    K_SEND, K_SPLICE_IN, K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
 };
 
 impl Ring {
@@ -146,7 +146,8 @@ impl Ring {
                 u.ops -= 1;
                 s.rd.wake();
             }
-            K_SEND | K_CONNECT => {
+            K_SPLICE_IN => self.on_splice_in(st, token, res),
+            K_SEND | K_CONNECT | K_SPLICE_OUT => {
                 let s = &mut st.slots[token as usize];
                 let u = s.be.u();
                 u.ops -= 1;
@@ -231,7 +232,9 @@ impl Ring {
                 let c = &d.stats.recv_rearm_nobufs;
                 c.set(c.get() + 1);
             }
-        } else if res == -libc::ECANCELED && (s.closed || s.be.u().recv_paused) {
+        } else if res == -libc::ECANCELED
+            && (s.closed || s.be.u().recv_paused || s.be.u().recv_hold)
+        {
         } else if res < 0 {
             s.error = -res;
             s.hup = true;
@@ -247,7 +250,7 @@ impl Ring {
             if u.recv_paused && u.rq_len <= cap / 2 {
                 u.recv_paused = false;
             }
-            if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved {
+            if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved && !u.recv_hold {
                 let c = &d.stats.recv_rearm_other;
                 c.set(c.get() + 1);
                 self.arm_recv(s, token);
@@ -274,10 +277,11 @@ impl Ring {
     /// Frees a released slot whose last entry completed: its chunk goes
     /// back to the pool, descriptors accepted for it are closed, and then
     /// its own descriptor.
-    fn retire(&self, st: &mut State, token: u32) {
+    pub(super) fn retire(&self, st: &mut State, token: u32) {
         let u = st.slots[token as usize].be.u();
         debug_assert_eq!(u.ops, 0);
         self.give_back(u);
+        u.rpipe = None;
         for fd in u.accepted.drain(..) {
             // SAFETY: accepted descriptors nobody took are ours to close.
             unsafe { libc::close(fd) };

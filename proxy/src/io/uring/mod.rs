@@ -38,17 +38,20 @@ mod bufs;
 mod complete;
 mod relay;
 mod sock;
+mod splice;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
 use self::bufs::{BufRing, Chunk, SendPool};
+use super::sock::PipeFds;
 use super::{Options, Role, Slot, State, NO_BUF};
 
 /// What the one log line says when the ring is refused and the shard runs on epoll.
@@ -104,6 +107,8 @@ const K_ACCEPT: u64 = 4;
 const K_CANCEL: u64 = 5;
 const K_WAKE: u64 = 6;
 const K_POLL: u64 = 7;
+const K_SPLICE_IN: u64 = 8;
+const K_SPLICE_OUT: u64 = 9;
 
 fn ud(kind: u64, token: u32, gen: u32) -> u64 {
     (kind << 56) | ((gen as u64 & 0x00ff_ffff) << 32) | token as u64
@@ -137,6 +142,8 @@ enum Op {
 pub(in crate::io) enum What<'a> {
     Send(&'a [u8]),
     Connect(SocketAddr),
+    /// Splice the first `n` bytes of the pipe into the socket.
+    Splice(&'a Rc<PipeFds>, usize),
 }
 
 /// The ring's own per-socket state.
@@ -178,6 +185,17 @@ pub(in crate::io) struct USock {
     /// A relayed send's provided buffers (another socket's received bytes,
     /// sent without a copy), owned here likewise.
     relay: Option<Box<relay::Relay>>,
+    /// The pipe end a splice in flight names (out of it on the write side,
+    /// into it on the read side): kept open until the completion.
+    wpipe: Option<Rc<PipeFds>>,
+    rpipe: Option<Rc<PipeFds>>,
+    /// The read side's splice (socket into a pipe), its sequence number and
+    /// whether its future went away.
+    rsplice: Op,
+    rsplice_seq: u32,
+    rsplice_abandoned: bool,
+    /// The receive is held off for splicing: nothing re-arms it until resumed.
+    recv_hold: bool,
     /// Unread buffers at which this socket's receive is paused: [`RQ_MAX`],
     /// or [`RQ_BULK`] while its bytes are relayed.
     rq_cap: u16,
@@ -214,6 +232,12 @@ impl USock {
             bulk: false,
             send: None,
             relay: None,
+            wpipe: None,
+            rpipe: None,
+            rsplice: Op::Idle,
+            rsplice_seq: 0,
+            rsplice_abandoned: false,
+            recv_hold: false,
             rq_cap: RQ_MAX,
             addr: None,
             ops: 0,
@@ -407,7 +431,7 @@ impl Ring {
 
     /// Arms the receive of a socket that just connected.
     pub(in crate::io) fn start_receiving(&self, s: &mut Slot, token: u32) {
-        if !s.be.u().recv_armed && !s.closed {
+        if !s.be.u().recv_armed && !s.be.u().recv_hold && !s.closed {
             self.arm_recv(s, token);
         }
     }
@@ -431,7 +455,7 @@ impl Ring {
             if s.in_use && s.gen == gen && !s.closed && s.be.u().recv_starved {
                 let u = s.be.u();
                 u.recv_starved = false;
-                if !u.recv_armed && !u.recv_paused && !s.hup {
+                if !u.recv_armed && !u.recv_paused && !u.recv_hold && !s.hup {
                     self.arm_recv(s, t);
                 }
             }

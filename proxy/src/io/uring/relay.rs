@@ -116,7 +116,7 @@ impl Ring {
         u.rq_len -= r.n as u16;
         u.rq_off = 0;
         u.rq_cap = RQ_BULK;
-        if u.recv_paused && !u.recv_armed && u.rq_len <= RQ_BULK / 2 && !s.hup {
+        if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_BULK / 2 && !s.hup {
             u.recv_paused = false;
             self.arm_recv(s, src);
         }
