@@ -1,24 +1,26 @@
-//! The bulk path: a body (or tunnel direction) that zgix only relays, past [`BULK_MIN`] bytes, moves socket to socket without passing through the exchange's buffers: spliced through a pipe (epoll) or as the received buffers themselves (uring).
+//! The bulk path: a body (or tunnel direction) that zgix only relays, past [`BULK_MIN`] bytes, moves socket to socket through a pipe with splice, without passing through the exchange's buffers or user space.
 //!
 //! It applies where zgix neither reads nor changes the bytes: a
 //! Content-Length body (RFC 9112 §6.2: the length alone frames it, so the
-//! bytes after the head are relayed as they come, exactly that many), a
-//! close-delimited response, and a tunnel after `101` (RFC 9110 §7.8),
-//! both sockets plaintext. A TLS client, a chunked body (re-encoded or
-//! scanned, RFC 9112 §7.1) and the first bytes that came in with a head stay
-//! on the copy path of `body.rs`.
+//! bytes after the head are relayed as they come, exactly that many) and a
+//! tunnel after `101` (RFC 9110 §7.8), both sockets plaintext. A TLS
+//! client, a chunked body (re-encoded or scanned, RFC 9112 §7.1) and the
+//! first bytes that came in with a head stay on the copy path of `body.rs`.
 //!
-//! - epoll: `splice(2)` from the source socket into a pipe from the shard's
-//!   pool and from the pipe into the destination, both non-blocking on the
-//!   driver's readiness; the kernel moves page references, nothing is
-//!   copied in user space. A shard with all its pipes out
-//!   (`io::PIPES_MAX`) copies instead.
-//! - uring: the provided buffers a multishot receive filled are sent on as
-//!   they are, several per `sendmsg`, while the source socket may keep up
-//!   to `RQ_BULK` buffers unread (the window grows with the transfer,
-//!   bounded per connection, and per shard by its buffer ring). A buffer
-//!   that reaches past the body's end, or a socket read past an empty
-//!   buffer ring, is copied through the exchange's buffer.
+//! - epoll: non-blocking `splice(2)` from the source socket into a pipe
+//!   from the shard's pool, then from the pipe into the destination, on the
+//!   driver's readiness.
+//! - uring: the same two splices as `IORING_OP_SPLICE` entries (the kernel
+//!   runs them in the ring's workers, since a splice may block). The
+//!   source's multishot receive is held off first and the buffers it had
+//!   queued are sent on as they are (`sendmsg` over them, no copy), so the
+//!   bytes keep their order; the receive resumes when the relay ends.
+//!
+//! A shard has at most `io::PIPES_MAX` pipes out; past that (or if `pipe2`
+//! fails) the relay runs without one: on the ring the received buffers are
+//! sent as they are, several per `sendmsg`, while the source may keep
+//! `RQ_BULK` buffers unread (bounded per connection, and per shard by its
+//! buffer ring); on epoll it copies through the exchange's buffer.
 
 use std::cell::Cell;
 use std::io;

@@ -175,7 +175,7 @@ pub struct DriverStats {
     /// the bytes they carried.
     pub relayed_sends: Cell<u64>,
     pub relayed_bytes: Cell<u64>,
-    /// Bytes moved socket to socket through a pipe with `splice(2)` (epoll).
+    /// Bytes moved socket to socket through a pipe with splice (both backends).
     pub spliced_bytes: Cell<u64>,
     /// Relays that found the shard's pipes all in use (or `pipe2` refused)
     /// and copied through the exchange's buffer instead.

@@ -165,7 +165,7 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
     counter(
         o,
         "zgix_io_spliced_bytes_total",
-        "Body and tunnel bytes moved socket to socket with splice(2) through a pipe (epoll bulk path).",
+        "Body and tunnel bytes moved socket to socket through a pipe with splice (bulk path).",
         sum(&|s| s.spliced_bytes.load(Ordering::Relaxed)),
     );
     gauge(
