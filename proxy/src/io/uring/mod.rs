@@ -302,6 +302,7 @@ impl Ring {
                 0,
             )?;
         }
+        limit_workers(&ring);
         for bid in 0..bufs.entries {
             bufs.add(bid);
         }
@@ -491,6 +492,21 @@ impl Ring {
             })
             .count()
     }
+}
+
+/// The ring's kernel workers (they run its splices, `splice.rs`) stay on
+/// the shard's CPUs, as the shard does, and are at most two per pipe a
+/// shard may have out. A kernel that refuses either keeps its defaults.
+fn limit_workers(ring: &IoUring) {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            let _ = ring.submitter().register_iowq_aff(&set);
+        }
+    }
+    let mut max = [0u32, 2 * super::sock::PIPES_MAX as u32];
+    let _ = ring.submitter().register_iowq_max_workers(&mut max);
 }
 
 /// Clears `O_NONBLOCK`: io_uring waits on a blocking socket with its own
