@@ -219,6 +219,9 @@ wrk_script=()
 if [ "$upload_bytes" -gt 0 ]; then
     wrk_script=(-s "$root/scripts/wrk/upload.lua")
     export ZGIX_UPLOAD_BYTES="$upload_bytes"
+    # nginx refuses bodies over 1 MiB and spools them to disk before
+    # forwarding by default; the others stream them.
+    nginx_body_opts="client_max_body_size 0; proxy_request_buffering off;"
 fi
 # Body bytes a request moves through the proxy (both directions), for MB/s
 # and CPU per MB.

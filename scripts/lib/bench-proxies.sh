@@ -131,6 +131,7 @@ http {
     server {
         listen 127.0.0.1:$nginx_port;
         $limits
+        ${nginx_body_opts:-}
         location / {
             proxy_pass http://origin;
             proxy_http_version 1.1;
