@@ -90,9 +90,24 @@ printf '%-14s %-4s %12s %9s %10s %10s %8s\n' target dir bytes MB/s "rss KiB" "pe
 IFS=, read -r -a list <<<"$targets"
 # Downloads from an origin answering N bytes, then uploads to one answering
 # 64 bytes (so an upload is not also a download).
+# start_big_origin: the origin builds its answers (N bytes each) before it
+# listens; give it a minute rather than wait_http's 10 s.
+start_big_origin() {
+    local i
+    taskset -c "$origin_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" \
+        --cpus "$origin_cpu" --body-bytes "$body_bytes" >"$tmp/origin.log" 2>&1 &
+    pids+=($!); tpid[direct]=$!
+    for i in $(seq 600); do
+        # The answer is N bytes: a 200 status line is enough (curl may time out after it).
+        [ "$(curl -s -o /dev/null --max-time 1 -w '%{http_code}' "http://127.0.0.1:$origin_port/" || true)" = 200 ] && return 0
+        sleep 0.1
+    done
+    echo "bench-bodies-gib: the origin did not come up; its log:" >&2; cat "$tmp/origin.log" >&2; exit 1
+}
+
 for dir in down up; do
     [ "$dir" = up ] && body_bytes=64
-    start_origin
+    start_big_origin
     for t in "${list[@]}"; do
         [ "$t" = direct ] || start_target "$t" off 0
         transfer "$t" "$dir"
