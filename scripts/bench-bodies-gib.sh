@@ -49,6 +49,18 @@ bench_name=bench-bodies-gib
 . "$root/scripts/lib/bench-common.sh"
 # shellcheck source=lib/bench-proxies.sh
 . "$root/scripts/lib/bench-proxies.sh"
+# Every GET / here answers N bytes: wait for listeners with HEAD instead.
+wait_http() {
+    local addr="$1" name="$2" i
+    shift 2
+    for i in $(seq 600); do
+        curl -s -I -o /dev/null --max-time 2 "http://$addr/" && return 0
+        sleep 0.1
+    done
+    echo "$bench_name: $name did not come up on $addr; its log:" >&2
+    cat "$@" >&2 || true
+    exit 1
+}
 bench_ports "$base_port"
 check_ports_free bench-bodies-gib
 truncate -s "$bytes" "$tmp/upload"
@@ -74,12 +86,12 @@ transfer() {
     if [ "$dir" = down ]; then
         taskset -c "$origin_cpu" curl -sS -o /dev/null -w '%{speed_download} %{size_download}' "$url" >"$tmp/curl.out" &
     else
-        taskset -c "$origin_cpu" curl -sS -o /dev/null -T "$tmp/upload" -w '%{speed_upload} %{size_upload}' "$url" >"$tmp/curl.out" &
+        taskset -c "$origin_cpu" curl -sS -o /dev/null -H 'Expect:' -T "$tmp/upload" -w '%{speed_upload} %{size_upload}' "$url" >"$tmp/curl.out" &
     fi
     cpid=$!; pids+=("$cpid")
     [ "$t" = direct ] || peak="$(peak_rss "$t" "$cpid")"
     wait "$cpid" || { echo "bench-bodies-gib: curl failed against $t ($dir)" >&2; return 1; }
-    read -r speed out <"$tmp/curl.out"
+    read -r speed out <"$tmp/curl.out" || true # curl ends it without a newline
     awk -v t="$t" -v d="$dir" -v s="$speed" -v n="$out" -v b="$before" -v p="$peak" 'BEGIN {
         g = (b == "-" ? "-" : sprintf("%.1f", (p - b) / 1024))
         printf "%-14s %-4s %12d %9.0f %10s %10s %8s %s\n", t, d, n, s / 1e6, b, p, g,
@@ -91,15 +103,14 @@ IFS=, read -r -a list <<<"$targets"
 # Downloads from an origin answering N bytes, then uploads to one answering
 # 64 bytes (so an upload is not also a download).
 # start_big_origin: the origin builds its answers (N bytes each) before it
-# listens; give it a minute rather than wait_http's 10 s.
+# listens; give it a minute rather than 10 s.
 start_big_origin() {
     local i
     taskset -c "$origin_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" \
         --cpus "$origin_cpu" --body-bytes "$body_bytes" >"$tmp/origin.log" 2>&1 &
     pids+=($!); tpid[direct]=$!
     for i in $(seq 600); do
-        # The answer is N bytes: a 200 status line is enough (curl may time out after it).
-        [ "$(curl -s -o /dev/null --max-time 1 -w '%{http_code}' "http://127.0.0.1:$origin_port/" || true)" = 200 ] && return 0
+        curl -s -I -o /dev/null --max-time 2 "http://127.0.0.1:$origin_port/" && return 0
         sleep 0.1
     done
     echo "bench-bodies-gib: the origin did not come up; its log:" >&2; cat "$tmp/origin.log" >&2; exit 1
