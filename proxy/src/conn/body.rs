@@ -124,7 +124,7 @@ impl Upload<'_> {
 
 /// The rest of a Content-Length request body on the bulk path (`bulk.rs`).
 async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
-    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE).await {
+    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE, true).await {
         Ok(_) => Ok(()),
         Err(RelayEnd::Dst(e)) => Err(upstream_io(&e)),
         Err(_) => Err(Fail::ClientGone),
@@ -133,7 +133,7 @@ async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<()
 
 /// The rest of a Content-Length response body on the bulk path (`bulk.rs`).
 async fn relay_down(up: &Sock, client: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
-    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE).await {
+    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE, true).await {
         Ok(_) => Ok(()),
         Err(RelayEnd::Src(e)) => Err(upstream_io(&e)),
         Err(RelayEnd::SrcEof) => Err(Fail::Upstream(UpstreamError::Reset)),

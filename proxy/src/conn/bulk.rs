@@ -16,6 +16,10 @@
 //!   queued are sent on as they are (`sendmsg` over them, no copy), so the
 //!   bytes keep their order; the receive resumes when the relay ends.
 //!
+//! Tunnels on the ring take the relayed-buffer path below, never a splice:
+//! their idle rule goes on after a read timeout, and a splice in that the
+//! timeout cancels may already have moved bytes into its pipe.
+//!
 //! A shard has at most `io::PIPES_MAX` pipes out; past that (or if `pipe2`
 //! fails) the relay runs without one: on the ring the received buffers are
 //! sent as they are, several per `sendmsg`, while the source may keep
@@ -78,18 +82,28 @@ impl Progress<'_> {
 
 /// Relays `n` bytes (`None`: until the source's EOF) from `src` to `dst`;
 /// `buf` carries what cannot be relayed as it is. Returns the bytes moved.
+///
+/// `ring_splice` false keeps the ring off splicing (tunnels): a splice in
+/// that a read timeout cancels may already have moved bytes into its pipe,
+/// which a relay that goes on after the timeout would lose.
 pub(super) async fn relay(
     src: &Sock,
     dst: &Sock,
     n: Option<u64>,
     buf: &mut [u8],
     progress: &Progress<'_>,
+    ring_splice: bool,
 ) -> Result<u64, RelayEnd> {
     let mut left = n.unwrap_or(u64::MAX);
     let mut moved = 0u64;
-    let pipe = Pipe::take(src.driver());
+    let ring = src.driver().kind() == crate::io::Kind::Uring;
+    let pipe = if ring && !ring_splice {
+        None
+    } else {
+        Pipe::take(src.driver())
+    };
     let _hold = pipe.as_ref().map(|_| Hold::new(src));
-    if pipe.is_none() {
+    if pipe.is_none() && (ring_splice || !ring) {
         let c = &src.driver().stats.splice_fallbacks;
         c.set(c.get() + 1);
     }

@@ -35,11 +35,13 @@ impl Ring {
             if u.recv_armed {
                 self.cancel(K_RECV, token, gen);
             }
-        } else if !u.recv_armed && !s.hup && !s.closed {
+        } else if !u.recv_armed && u.rsplice == Op::Idle && !s.hup && !s.closed {
             u.recv_paused = false;
             u.recv_starved = false;
             self.arm_recv(s, token);
         }
+        // With a splice still in flight (a cancelled one), the receive is
+        // armed at its completion: two readers would split the bytes.
     }
 
     /// Whether a held-off receive has ended with no buffer queued.
@@ -160,6 +162,13 @@ impl Ring {
             u.rpipe = None;
         } else {
             u.rsplice = Op::Done(res);
+        }
+        // Resumed while this splice was in flight: the receive starts now.
+        let u = s.be.u();
+        if !u.recv_hold && !u.recv_armed && u.rsplice == Op::Idle && !s.hup && !s.closed {
+            u.recv_paused = false;
+            u.recv_starved = false;
+            self.arm_recv(s, token);
         }
         // A released socket's last completion: `dispatch` retires it.
         s.rd.wake();
