@@ -27,14 +27,29 @@ and HAProxy.
                     (on = rate limit set high enough never to refuse, connection
                     limit, WAF deny list; nginx limit_req/limit_conn/if, HAProxy
                     stick-table + http-request deny)
-  --targets LIST    any of zgix,zgix-epoll,nginx,haproxy,relay,direct (default
-                    all six). zgix-epoll is zgix's config with io.driver epoll.
+  --targets LIST    any of zgix,zgix-epoll,zgix-base,nginx,haproxy,
+                    haproxy-splice,relay,direct (default all but zgix-base
+                    and haproxy-splice; haproxy-splice joins for bodies, and
+                    zgix-base with --baseline-bin). zgix-epoll is zgix's
+                    config with io.driver epoll; haproxy-splice is HAProxy's
+                    config with `option splice-auto`.
                     relay is HAProxy in TCP mode (1 thread): it copies
                     bytes between a client connection and its own upstream
                     connection and parses nothing, so it marks what any proxy
                     can reach on this CPU plan; it runs without admission
                     controls in both modes and is not counted as a peer
-  --body-bytes N    origin response body size (default 64)
+  --body-bytes N    origin response body size (default 64). Above 64 (or
+                    with --upload-bytes) the tables add MB/s (body bytes
+                    moved, both directions, per second) and the proxy's CPU
+                    microseconds per MB, the default targets add
+                    haproxy-splice, and --fixed-rate defaults to 0
+  --upload-bytes N  every request is a POST with an N-byte Content-Length
+                    body (wrk script scripts/wrk/upload.lua); the origin
+                    reads it and answers with --body-bytes bytes (default 0:
+                    GET)
+  --baseline-bin P  also run target zgix-base: zgix's uring config on the
+                    binary P (a build from before a change), interleaved with
+                    the others, so before and after come from one run
   --fixed-rate R    after the wrk rounds, offer R requests/s open loop
                     (zgix-bench load, --connections connections) to each proxy
                     and report the proxy's CPU time per request and p99; zgix
@@ -56,7 +71,7 @@ and HAProxy.
                     0 and 1 to be under 10 % busy over half a second (another
                     program's compile or test run would otherwise land in the
                     run); default 0 (no wait)
-  --base-port P     first of the local ports used (default 18080; uses P..P+9)
+  --base-port P     first of the local ports used (default 18080; uses P..P+10)
   --no-install      do not apt-get install missing wrk/nginx/haproxy (python3
                     for --fixed-rate, strace for --syscalls)
   --no-build        do not cargo build; use $ZGIX_BIN / $ZGIX_BENCH_BIN or the
@@ -76,9 +91,9 @@ figures, naming the target and whether the origin still answers directly.
 USAGE
 }
 
-rounds=5 duration=5 connections=64 modes="off,on" targets="zgix,zgix-epoll,nginx,haproxy,relay,direct"
-body_bytes=64 base_port=18080 install=1 build=1 fixed_rate=10000 rate_rounds=3 busy_poll=0
-syscalls=0 syscall_rounds=1 quiet_wait=0
+rounds=5 duration=5 connections=64 modes="off,on" targets=""
+body_bytes=64 base_port=18080 install=1 build=1 fixed_rate="" rate_rounds=3 busy_poll=0
+syscalls=0 syscall_rounds=1 quiet_wait=0 upload_bytes=0 zgix_base_bin=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
@@ -87,6 +102,8 @@ while [ $# -gt 0 ]; do
         --modes) modes="$2"; shift 2 ;;
         --targets) targets="$2"; shift 2 ;;
         --body-bytes) body_bytes="$2"; shift 2 ;;
+        --upload-bytes) upload_bytes="$2"; shift 2 ;;
+        --baseline-bin) zgix_base_bin="$2"; shift 2 ;;
         --base-port) base_port="$2"; shift 2 ;;
         --fixed-rate) fixed_rate="$2"; shift 2 ;;
         --rate-rounds) rate_rounds="$2"; shift 2 ;;
@@ -100,13 +117,29 @@ while [ $# -gt 0 ]; do
         *) echo "bench-peers: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for n in "$rounds" "$duration" "$connections" "$body_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
+# Bodies: the tables add MB/s and CPU per MB, HAProxy with splice joins the
+# default targets, and the fixed-rate part (sized for small requests) is off
+# unless asked for.
+bodies=0
+{ [ "$body_bytes" -gt 64 ] || [ "$upload_bytes" -gt 0 ]; } 2>/dev/null && bodies=1
+if [ -z "$targets" ]; then
+    targets="zgix,zgix-epoll"
+    [ -n "$zgix_base_bin" ] && targets+=",zgix-base"
+    targets+=",nginx,haproxy"
+    [ "$bodies" = 1 ] && targets+=",haproxy-splice"
+    targets+=",relay,direct"
+fi
+if [ -z "$fixed_rate" ]; then fixed_rate=10000; [ "$bodies" = 1 ] && fixed_rate=0; fi
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$upload_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
 IFS=, read -r -a target_list <<<"$targets"
 for t in "${target_list[@]}"; do
-    case "$t" in zgix|zgix-epoll|nginx|haproxy|direct|relay) ;; *) echo "bench-peers: unknown target $t" >&2; exit 2 ;; esac
+    case "$t" in zgix|zgix-epoll|zgix-base|nginx|haproxy|haproxy-splice|direct|relay) ;; *) echo "bench-peers: unknown target $t" >&2; exit 2 ;; esac
 done
+if [[ ",$targets," == *",zgix-base,"* ]] && [ ! -x "$zgix_base_bin" ]; then
+    echo "bench-peers: target zgix-base needs --baseline-bin PATH (an executable zgix)" >&2; exit 2
+fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 has() { [[ ",$targets," == *",$1,"* ]]; }
@@ -118,7 +151,7 @@ command -v wrk >/dev/null || missing+=(wrk)
 if [ "$fixed_rate" -gt 0 ]; then command -v python3 >/dev/null || missing+=(python3); fi
 if [ "$syscalls" = 1 ]; then command -v strace >/dev/null || missing+=(strace); fi
 if has nginx; then command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx); fi
-if has haproxy || has relay; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
+if has haproxy || has haproxy-splice || has relay; then command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy); fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$install" = 0 ]; then
         echo "bench-peers: missing ${missing[*]} and --no-install given" >&2; exit 1
@@ -180,6 +213,19 @@ rate_limit=10000000
 conn_limit=$(( connections * 4 > 1024 ? connections * 4 : 1024 ))
 
 start_origin
+
+# The wrk script of --upload-bytes: every request a POST of that many bytes.
+wrk_script=()
+if [ "$upload_bytes" -gt 0 ]; then
+    wrk_script=(-s "$root/scripts/wrk/upload.lua")
+    export ZGIX_UPLOAD_BYTES="$upload_bytes"
+    # nginx refuses bodies over 1 MiB and spools them to disk before
+    # forwarding by default; the others stream them.
+    nginx_body_opts="client_max_body_size 0; proxy_request_buffering off;"
+fi
+# Body bytes a request moves through the proxy (both directions), for MB/s
+# and CPU per MB.
+payload=$(( body_bytes + upload_bytes ))
 
 # cpu_ticks CPU: "busy total" jiffies of one CPU from /proc/stat.
 cpu_ticks() {
@@ -244,7 +290,7 @@ run_wrk() {
     local t="$1" mode="$2" secs="$3" out p0 o0 c0="" c1=""
     p0="$(cpu_ticks "$proxy_cpu")" o0="$(cpu_ticks "$origin_cpu")"
     [ "$t" = direct ] || c0="$(cpu_of "$t")"
-    out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency \
+    out="$(taskset -c "$wrk_cpu" wrk -t1 -c"$connections" -d"${secs}s" --latency "${wrk_script[@]}" \
         "http://127.0.0.1:$(port_of "$t")/" 2>&1)" || { echo "$out" >&2; return 1; }
     [ "$t" = direct ] || c1="$(cpu_of "$t")"
     wrk_checked "$t" "$out"
@@ -294,7 +340,7 @@ per_round() {
 # better_peer FILE COL: nginx or haproxy, whichever has the lower median of COL.
 better_peer() {
     local best="" bv="" t v
-    for t in nginx haproxy; do
+    for t in nginx haproxy haproxy-splice; do
         has "$t" || continue
         v="$(col "$1" "$t" "$2")"
         if [ -z "$best" ] || awk -v a="$v" -v b="$bv" 'BEGIN {exit !(a < b)}'; then best=$t bv=$v; fi
@@ -309,7 +355,7 @@ goals() {
     has zgix || return 0
     peer="$(better_peer "$f" "$5")"
     [ -n "$peer" ] || return 0
-    for t in zgix zgix-epoll; do
+    for t in zgix zgix-epoll zgix-base; do
         has "$t" || continue
         awk -v t="$t" -v p="$peer" -v tu="$(col "$f" "$t" "$3")" -v ts="$(col "$f" "$t" "$4")" \
             -v tt="$(col "$f" "$t" "$5")" -v t99="$(col "$f" "$t" "$2")" \
@@ -318,6 +364,11 @@ goals() {
             printf "%s CPU/request ÷ the better peer'"'"'s (%s): %.2f (%s %.2f us = %.2f user + %.2f sys; %s %.2f = %.2f + %.2f); p99 %s %.0f us, %s %.0f us (%.2f)\n",
                 t, p, (pt > 0 ? tt / pt : 0), t, tt, tu, ts, p, pt, pu, ps, t, t99, p, p99, (p99 > 0 ? t99 / p99 : 0) }'
         per_round "$f" "$5" "$6" "$t" "$peer" "$t CPU/request"
+        if [ "$bodies" = 1 ]; then
+            awk -v t="$t" -v p="$peer" -v tt="$(col "$f" "$t" "$5")" -v pt="$(col "$f" "$peer" "$5")" -v b="$payload" 'BEGIN {
+                printf "%s CPU per MB: %.1f us, %s %.1f us (%.2f; %d body bytes a request)\n",
+                    t, tt * 1e6 / b, p, pt * 1e6 / b, (pt > 0 ? tt / pt : 0), b }'
+        fi
     done
 }
 
@@ -328,26 +379,32 @@ report() { # MODE
     echo "(CPU$proxy_cpu: the proxies' core, CPU$origin_cpu: origin and wrk; busy share of each, median;"
     echo " user/sys/cpu: the proxy process's CPU microseconds per request from /proc/PID/stat,"
     echo " zgix with limits.busy_poll_us $busy_poll)"
-    printf '%-10s %9s %7s %7s %8s %8s %8s %7s %5s %5s %7s %7s %7s %8s\n' target req/s p50 p99 "rps/zgix" "p50/zgix" \
+    [ "$bodies" = 1 ] && echo "(MB/s: $payload body bytes a request × req/s; us/MB: the proxy's cpu per 10^6 body bytes)"
+    printf '%-14s %9s %7s %7s %8s %8s %8s %7s %5s %5s %7s %7s %7s %8s' target req/s p50 p99 "rps/zgix" "p50/zgix" \
         "p99/zgix" errors "CPU$proxy_cpu%" "CPU$origin_cpu%" user sys cpu "cpu/zgix"
+    [ "$bodies" = 1 ] && printf ' %8s %8s %8s %8s' MB/s "usr/MB" "sys/MB" "cpu/MB"
+    echo
     zr="$(col "$f" zgix 2)" z50="$(col "$f" zgix 3)" z99="$(col "$f" zgix 4)" zt="$(col "$f" zgix 11)"
-    for t in zgix zgix-epoll nginx haproxy relay direct; do
+    for t in zgix zgix-epoll zgix-base nginx haproxy haproxy-splice relay direct; do
         has "$t" || continue
-        awk -v t="$t" -v r="$(col "$f" "$t" 2)" -v p50="$(col "$f" "$t" 3)" -v p99="$(col "$f" "$t" 4)" \
+        awk -v t="$t" -v bodies="$bodies" -v b="$payload" -v r="$(col "$f" "$t" 2)" -v p50="$(col "$f" "$t" 3)" -v p99="$(col "$f" "$t" 4)" \
             -v e="$(awk -v t="$t" '$1 == t {n += $5} END {print n + 0}' "$f")" \
             -v pc="$(col "$f" "$t" 6)" -v oc="$(col "$f" "$t" 7)" \
             -v u="$(col "$f" "$t" 9)" -v s="$(col "$f" "$t" 10)" -v tot="$(col "$f" "$t" 11)" \
             -v zr="$zr" -v z50="$z50" -v z99="$z99" -v zt="$zt" 'BEGIN {
             d = (t == "direct")
-            printf "%-10s %9.0f %7.0f %7.0f %8s %8s %8s %7d %5.0f %5.0f %7s %7s %7s %8s\n", t, r, p50, p99,
+            printf "%-14s %9.0f %7.0f %7.0f %8s %8s %8s %7d %5.0f %5.0f %7s %7s %7s %8s", t, r, p50, p99,
                 (zr > 0 ? sprintf("%.2f", r / zr) : "-"),
                 (z50 > 0 ? sprintf("%.2f", p50 / z50) : "-"),
                 (z99 > 0 ? sprintf("%.2f", p99 / z99) : "-"), e, pc, oc,
                 (d ? "-" : sprintf("%.2f", u)), (d ? "-" : sprintf("%.2f", s)), (d ? "-" : sprintf("%.2f", tot)),
-                (d || zt <= 0 ? "-" : sprintf("%.2f", tot / zt)) }'
+                (d || zt <= 0 ? "-" : sprintf("%.2f", tot / zt))
+            if (bodies) printf " %8.0f %8s %8s %8s", r * b / 1e6, (d ? "-" : sprintf("%.1f", u * 1e6 / b)),
+                (d ? "-" : sprintf("%.1f", s * 1e6 / b)), (d ? "-" : sprintf("%.1f", tot * 1e6 / b))
+            printf "\n" }'
     done
     if has zgix; then
-        for t in zgix-epoll nginx haproxy relay direct; do
+        for t in zgix-epoll zgix-base nginx haproxy haproxy-splice relay direct; do
             has "$t" && per_round "$f" 2 8 zgix "$t" "zgix req/s"
         done
     fi
@@ -534,7 +591,7 @@ for mode in "${mode_list[@]}"; do
     report "$mode"
     # The fixed-rate and syscall parts run zgix with busy polling off.
     if [ "$busy_poll" != 0 ] && { [ "$fixed_rate" -gt 0 ] || [ "$syscalls" = 1 ]; }; then
-        for t in zgix zgix-epoll; do
+        for t in zgix zgix-epoll zgix-base; do
             if has "$t"; then stop_target "$t"; start_target "$t" "$mode" 0; fi
         done
     fi

@@ -11,10 +11,11 @@
 
 declare -A tpid=()
 
-# bench_ports BASE: the ports of every target (BASE..BASE+9).
+# bench_ports BASE: the ports of every target (BASE..BASE+11).
 bench_ports() {
     origin_port=$1 zgix_port=$(($1 + 1)) nginx_port=$(($1 + 2)) haproxy_port=$(($1 + 3))
     relay_port=$(($1 + 4)) zgix_epoll_port=$(($1 + 5)) admin_epoll_port=$(($1 + 8)) admin_port=$(($1 + 9))
+    haproxy_splice_port=$(($1 + 6)) zgix_base_port=$(($1 + 7)) admin_base_port=$(($1 + 10))
     nginx_mask=$(printf '%x' $(( 1 << proxy_cpu )))
     # HAProxy refuses to start when maxconn needs more descriptors than it may
     # open (two per proxied connection plus its own).
@@ -44,7 +45,7 @@ bench_capacity() {
 check_ports_free() {
     local p
     for p in $origin_port $zgix_port $nginx_port $haproxy_port $relay_port $zgix_epoll_port \
-        $admin_epoll_port $admin_port; do
+        $admin_epoll_port $admin_port $haproxy_splice_port $zgix_base_port $admin_base_port; do
         if ss -ltnH "( sport = :$p )" 2>/dev/null | grep -q .; then
             echo "$1: port $p is in use; pick another --base-port" >&2; exit 1
         fi
@@ -56,6 +57,7 @@ port_of() {
         zgix) echo "$zgix_port" ;; zgix-epoll) echo "$zgix_epoll_port" ;;
         nginx) echo "$nginx_port" ;; haproxy) echo "$haproxy_port" ;;
         direct) echo "$origin_port" ;; relay) echo "$relay_port" ;;
+        haproxy-splice) echo "$haproxy_splice_port" ;; zgix-base) echo "$zgix_base_port" ;;
     esac
 }
 
@@ -66,11 +68,14 @@ start_origin() {
     wait_http "127.0.0.1:$origin_port" origin "$tmp/origin.log"
 }
 
-# start_zgix TARGET MODE BUSY_POLL_US: TARGET zgix (io_uring driver) or
-# zgix-epoll (the same config on the epoll driver); MODE off|on (admission).
+# start_zgix TARGET MODE BUSY_POLL_US: TARGET zgix (io_uring driver),
+# zgix-epoll (the same config on the epoll driver) or zgix-base (the uring
+# config on the binary $zgix_base_bin, a baseline build); MODE off|on (admission).
 start_zgix() {
     local t="$1" mode="$2" http='"cluster": "origin"' driver=uring port=$zgix_port admin=$admin_port
+    local bin="$zgix_bin"
     if [ "$t" = zgix-epoll ]; then driver=epoll port=$zgix_epoll_port admin=$admin_epoll_port; fi
+    if [ "$t" = zgix-base ]; then port=$zgix_base_port admin=$admin_base_port bin="$zgix_base_bin"; fi
     if [ "$mode" = on ]; then
         http+=", \"rate_limit\": {\"requests\": $rate_limit, \"window_ms\": 1000, \"burst\": $rate_limit}"
         http+=", \"conn_limit\": {\"max\": $conn_limit}"
@@ -86,7 +91,7 @@ start_zgix() {
   "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"], "lb": "round_robin"}}
 }
 JSON
-    "$zgix_bin" --config "$tmp/$t-$mode.json" >"$tmp/$t.log" 2>&1 &
+    "$bin" --config "$tmp/$t-$mode.json" >"$tmp/$t.log" 2>&1 &
     pids+=($!); tpid[$t]=$!
     wait_http "127.0.0.1:$port" "$t" "$tmp/$t.log"
     # A refused ring falls back to epoll with one log line: then the "uring"
@@ -126,6 +131,7 @@ http {
     server {
         listen 127.0.0.1:$nginx_port;
         $limits
+        ${nginx_body_opts:-}
         location / {
             proxy_pass http://origin;
             proxy_http_version 1.1;
@@ -139,8 +145,16 @@ CONF
     wait_http "127.0.0.1:$nginx_port" nginx "$d/logs/error.log"
 }
 
-start_haproxy() { # MODE
-    local f="$tmp/haproxy-$1.cfg" rules=""
+# start_haproxy MODE [splice]: HAProxy in HTTP mode; with "splice" as the
+# target haproxy-splice, which relays bodies with `option splice-auto`
+# (splice(2) through a pipe when the buffer alone would not hold the body).
+start_haproxy() { # MODE [splice]
+    local f="$tmp/haproxy-$1${2:+-$2}.cfg" rules="" t=haproxy port=$haproxy_port opts="" maxconn=$haproxy_maxconn pipes=""
+    if [ "${2:-}" = splice ]; then
+        # Each pipe is two descriptors: a fixed pool, and room for it under the limit.
+        t=haproxy-splice port=$haproxy_splice_port opts="option splice-auto"
+        pipes="maxpipes 256" maxconn=$(( haproxy_maxconn > 1024 ? haproxy_maxconn - 600 : haproxy_maxconn ))
+    fi
     if [ "$1" = on ]; then
         rules="stick-table type ip size 1m expire 30s store http_req_rate(1s),conn_cur
     tcp-request connection track-sc0 src
@@ -152,17 +166,19 @@ start_haproxy() { # MODE
 global
     nbthread 1
     cpu-map 1/1 $proxy_cpu
-    maxconn $haproxy_maxconn
+    maxconn $maxconn
+    $pipes
     $haproxy_limits
 defaults
     mode http
     option http-keep-alive
+    $opts
     http-reuse always
     timeout connect 5s
     timeout client 30s
     timeout server 30s
 frontend fe
-    bind 127.0.0.1:$haproxy_port
+    bind 127.0.0.1:$port
     $rules
     default_backend be
 backend be
@@ -170,9 +186,9 @@ backend be
 CFG
     # HAProxy 2.6 applies cpu-map to no thread when it runs in the foreground
     # with one thread (taskset showed it on both CPUs): pin the process.
-    taskset -c "$proxy_cpu" haproxy -f "$f" -db >"$tmp/haproxy.log" 2>&1 &
-    pids+=($!); tpid[haproxy]=$!
-    wait_http "127.0.0.1:$haproxy_port" haproxy "$tmp/haproxy.log"
+    taskset -c "$proxy_cpu" haproxy -f "$f" -db >"$tmp/$t.log" 2>&1 &
+    pids+=($!); tpid[$t]=$!
+    wait_http "127.0.0.1:$port" "$t" "$tmp/$t.log"
 }
 
 # start_relay: HAProxy in TCP mode, one upstream connection per client
@@ -203,8 +219,9 @@ CFG
 # start_target TARGET MODE BUSY_POLL_US (the last only for zgix targets).
 start_target() {
     case "$1" in
-        zgix|zgix-epoll) start_zgix "$1" "$2" "$3" ;;
+        zgix|zgix-epoll|zgix-base) start_zgix "$1" "$2" "$3" ;;
         nginx) start_nginx "$2" ;; haproxy) start_haproxy "$2" ;; relay) start_relay ;;
+        haproxy-splice) start_haproxy "$2" splice ;;
     esac
 }
 

@@ -13,13 +13,14 @@ use zgix_parser::{
 
 use std::cell::Cell;
 
+use super::bulk::{Progress, RelayEnd, BULK_MIN};
 use super::client::ClientConn;
 use super::shard::Shard;
 use super::state::ClientBytes;
 use super::{upstream_io, Fail};
 use crate::http::filters::Walk;
 use crate::http::wire;
-use crate::io::Buf;
+use crate::io::{Buf, Sock};
 use crate::observe::decision::UpstreamError;
 use crate::upstream::conn::UpConn;
 
@@ -82,6 +83,8 @@ impl Upload<'_> {
                 BodyKind::Length(n) => {
                     let mut remaining = n - self.done;
                     cl.consume(self.done as usize);
+                    // Both ends plaintext: a long rest moves socket to socket.
+                    let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
                     loop {
                         let take = (cl.pending() as u64).min(remaining) as usize;
                         if take > 0 {
@@ -93,6 +96,10 @@ impl Upload<'_> {
                             remaining -= take as u64;
                         }
                         if remaining == 0 {
+                            break;
+                        }
+                        if let Some((c, u)) = bulk.filter(|_| remaining > BULK_MIN) {
+                            relay_up(c, u, remaining, cl.scratch()).await?;
                             break;
                         }
                         cl.clear();
@@ -146,6 +153,25 @@ async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail>
     match client.read(buf).await {
         Ok(0) | Err(_) => Err(Fail::ClientGone),
         Ok(n) => Ok(n),
+    }
+}
+
+/// The rest of a Content-Length request body on the bulk path (`bulk.rs`).
+async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
+    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE, true).await {
+        Ok(_) => Ok(()),
+        Err(RelayEnd::Dst(e)) => Err(upstream_io(&e)),
+        Err(_) => Err(Fail::ClientGone),
+    }
+}
+
+/// The rest of a Content-Length response body on the bulk path (`bulk.rs`).
+async fn relay_down(up: &Sock, client: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
+    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE, true).await {
+        Ok(_) => Ok(()),
+        Err(RelayEnd::Src(e)) => Err(upstream_io(&e)),
+        Err(RelayEnd::SrcEof) => Err(Fail::Upstream(UpstreamError::Reset)),
+        Err(RelayEnd::Dst(_)) => Err(Fail::ClientGone),
     }
 }
 
@@ -351,6 +377,11 @@ impl Download<'_> {
                 }
                 pos += first;
                 let mut remaining = n - first as u64;
+                let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
+                if let Some((c, u)) = bulk.filter(|_| remaining > BULK_MIN) {
+                    relay_down(u, c, remaining, &mut self.ubuf[..]).await?;
+                    (remaining, pos, *self.uend) = (0, 0, 0);
+                }
                 while remaining > 0 {
                     let got = self.read_upstream().await?;
                     let take = (got as u64).min(remaining) as usize;

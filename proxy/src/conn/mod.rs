@@ -48,6 +48,7 @@
 
 mod admit;
 mod body;
+mod bulk;
 pub mod client;
 mod forward;
 mod h2;

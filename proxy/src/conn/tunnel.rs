@@ -6,9 +6,10 @@ use std::time::Instant;
 
 use futures_lite::future::zip;
 
+use super::bulk::{plain, plain_up, relay, Progress, RelayEnd};
 use super::client::Stream;
 use super::{is_timeout, Conn, Exchange, Next};
-use crate::io::Buf;
+use crate::io::{Buf, Sock};
 use crate::observe::counter::Counter;
 use crate::upstream::conn::UpConn;
 
@@ -54,6 +55,45 @@ async fn pump(
     to.close_write().await;
 }
 
+/// One direction of a plaintext tunnel on the bulk path (`bulk.rs`: spliced
+/// on epoll, received buffers sent as they are on the ring, where a splice
+/// cut by the idle timeout could lose bytes), with the same idle rule as
+/// [`pump`].
+async fn pump_bulk(
+    from: &Sock,
+    to: &Sock,
+    buf: &mut [u8],
+    pending: usize,
+    last: &Cell<Instant>,
+    idle: std::time::Duration,
+    bytes: &Counter,
+) {
+    if pending > 0 {
+        if to.write_all(&buf[..pending]).await.is_err() {
+            return;
+        }
+        bytes.add(pending as u64);
+    }
+    from.set_read_timeout(Some(idle));
+    to.set_write_timeout(Some(idle));
+    let progress = Progress {
+        last: Some(last),
+        bytes: Some(bytes),
+    };
+    loop {
+        match relay(from, to, None, buf, &progress, false).await {
+            Err(RelayEnd::Src(e)) if is_timeout(&e) => {
+                if from.now().duration_since(last.get()) < idle {
+                    continue;
+                }
+                break;
+            }
+            _ => break,
+        }
+    }
+    to.shutdown_write();
+}
+
 impl Conn {
     /// Relays the client and `up` until the tunnel ends; the connection then closes.
     pub(super) async fn tunnel(&mut self, x: &mut Exchange, up: UpConn) -> Next {
@@ -68,6 +108,31 @@ impl Conn {
         x.ubuf.copy_within(x.ustart..x.uend, 0);
         let (cbuf, ubuf): (&mut [u8], &mut Buf) = (x.cl.scratch(), &mut x.ubuf);
         let last = Cell::new(shard.driver.now());
+        if let (Some(c), Some(u)) = (plain(&self.client), plain_up(&up)) {
+            zip(
+                pump_bulk(
+                    c,
+                    u,
+                    &mut cbuf[..],
+                    up_pending,
+                    &last,
+                    idle,
+                    &e.tunnel_bytes_up,
+                ),
+                pump_bulk(
+                    u,
+                    c,
+                    &mut ubuf[..],
+                    down_pending,
+                    &last,
+                    idle,
+                    &e.tunnel_bytes_down,
+                ),
+            )
+            .await;
+            e.tunnels_active.fetch_sub(1, Ordering::Relaxed);
+            return Next::Close;
+        }
         zip(
             pump(
                 &self.client,

@@ -69,7 +69,8 @@ use std::time::{Duration, Instant};
 pub use addr::{bind_listener, local_addr, peer_addr};
 pub use buf::Buf;
 pub use notify::Notifier;
-pub use sock::{Listener, Sock};
+pub use ops::Relayed;
+pub use sock::{Listener, Pipe, Sock};
 pub use timer::Sleep;
 
 /// glommio's preemption timer for a shard. zgix's tasks yield to each other
@@ -170,6 +171,15 @@ pub struct DriverStats {
     /// Sends that waited in the kernel for room because the socket was full
     /// (the inline attempt got `EAGAIN`, or the previous send was short).
     pub sends_waited: Cell<u64>,
+    /// Relayed sends (uring: received buffers sent on without a copy) and
+    /// the bytes they carried.
+    pub relayed_sends: Cell<u64>,
+    pub relayed_bytes: Cell<u64>,
+    /// Bytes moved socket to socket through a pipe with splice (both backends).
+    pub spliced_bytes: Cell<u64>,
+    /// Relays that found the shard's pipes all in use (or `pipe2` refused)
+    /// and copied through the exchange's buffer instead.
+    pub splice_fallbacks: Cell<u64>,
     /// Deadline entries the expiry looked at (each due or stale entry once:
     /// the work of timing sockets out, O(expired), never a scan of them all).
     pub deadline_visits: Cell<u64>,
@@ -358,6 +368,9 @@ pub struct Driver {
     /// The notifier sequence the shard has seen, and who waits for the next.
     notified_seen: Cell<u64>,
     notify_wakers: RefCell<Vec<Waker>>,
+    /// Idle pipes for splicing (epoll), and how many are out.
+    pipes: RefCell<Vec<Rc<sock::PipeFds>>>,
+    pipes_out: Cell<usize>,
     pub stats: DriverStats,
 }
 
@@ -386,6 +399,8 @@ impl Driver {
             notifier,
             notified_seen: Cell::new(0),
             notify_wakers: RefCell::new(Vec::new()),
+            pipes: RefCell::new(Vec::new()),
+            pipes_out: Cell::new(0),
             stats: DriverStats::default(),
         }))
     }

@@ -10,10 +10,26 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use super::sock::PipeFds;
 use super::{epoll, uring, Backend, Driver, Role, Side, Slot, SlotBe, State, RD, WR};
+
+/// What one relay step did ([`Driver::poll_relay`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relayed {
+    /// That many bytes of the source's received buffers went out on the
+    /// destination, without a copy in user space.
+    Sent(usize),
+    /// Nothing is queued on the source: wait until it is readable.
+    Empty,
+    /// The source's next bytes are to be read and written (a buffer longer
+    /// than the bytes asked for, a socket read past the buffer ring, or a
+    /// backend that does not relay buffers: epoll).
+    Copy,
+}
 
 /// Which operation of a slot's write side a future started (ring: the
 /// operation's sequence number; epoll: whether its connect was issued).
@@ -161,6 +177,102 @@ impl Driver {
         }
     }
 
+    /// Starts (first call) or polls a relayed send on `dst` of the whole
+    /// buffers queued on `src` (at most `max` bytes); epoll: always
+    /// [`Relayed::Copy`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn poll_relay(
+        &self,
+        src: u32,
+        dst: u32,
+        op: &mut OpId,
+        max: usize,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<Relayed>> {
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r.poll_relay(self, &mut st, src, dst, op, max, deadline, cx),
+            Backend::Epoll(_) => Poll::Ready(Ok(Relayed::Copy)),
+        }
+    }
+
+    /// One splice between socket `token` and pipe `fds`: into the pipe
+    /// (`into_pipe`, up to `n` bytes, on the read side) or out of it (at
+    /// most the `n` bytes it holds, on the write side). epoll: a
+    /// non-blocking `splice(2)` on readiness; uring: an `IORING_OP_SPLICE`
+    /// (the kernel runs it in a worker, since splicing may block).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn poll_splice(
+        &self,
+        token: u32,
+        op: &mut OpId,
+        fds: &Rc<PipeFds>,
+        n: usize,
+        into_pipe: bool,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let now = self.now();
+        let mut st = self.st.borrow_mut();
+        let r = match &self.backend {
+            Backend::Uring(r) if into_pipe => {
+                r.poll_splice_in(self, &mut st, token, op, fds, n, deadline, cx)
+            }
+            Backend::Uring(r) => r.poll_op(
+                self,
+                &mut st,
+                token,
+                op,
+                uring::What::Splice(fds, n),
+                deadline,
+                cx,
+            ),
+            Backend::Epoll(_) => epoll_splice(&mut st, token, fds, n, into_pipe, deadline, cx, now),
+        };
+        if let Poll::Ready(Ok(k)) = r {
+            if !into_pipe {
+                let c = &self.stats.spliced_bytes;
+                c.set(c.get() + k as u64);
+            }
+        }
+        r
+    }
+
+    /// A splice future went away (see [`Driver::drop_op`]).
+    pub(super) fn drop_splice(&self, token: u32, into_pipe: bool, op: &mut OpId) {
+        if !into_pipe {
+            return self.drop_op(token, op);
+        }
+        if op.0.is_none() {
+            return;
+        }
+        let mut st = self.st.borrow_mut();
+        if let Backend::Uring(r) = &self.backend {
+            r.drop_splice_in(&mut st.slots[token as usize], token, op);
+        }
+        op.0 = None;
+    }
+
+    /// Holds off or resumes the ring's receive on `token` (splices read
+    /// the socket meanwhile); nothing on epoll.
+    pub(super) fn hold_receiving(&self, token: u32, on: bool) {
+        if let Backend::Uring(r) = &self.backend {
+            let mut st = self.st.borrow_mut();
+            r.hold_receiving(&mut st.slots[token as usize], token, on);
+        }
+    }
+
+    /// Whether `token`'s held-off receive ended with nothing queued (epoll: always).
+    pub(super) fn receive_idle(&self, token: u32) -> bool {
+        let mut st = self.st.borrow_mut();
+        let s = &mut st.slots[token as usize];
+        match &self.backend {
+            Backend::Uring(_) => uring::Ring::receive_idle(s),
+            Backend::Epoll(_) => true,
+        }
+    }
+
     /// Starts (first call) or polls the connect of `token` to `addr`.
     pub(super) fn poll_connect(
         &self,
@@ -261,4 +373,36 @@ impl Driver {
     ) -> io::Result<()> {
         st.wait_side(token, WR, cx, deadline, now)
     }
+}
+
+/// epoll's splice: one non-blocking `splice(2)`, else a wait for the edge.
+#[allow(clippy::too_many_arguments)]
+fn epoll_splice(
+    st: &mut State,
+    token: u32,
+    fds: &PipeFds,
+    n: usize,
+    into_pipe: bool,
+    deadline: Option<Instant>,
+    cx: &Context<'_>,
+    now: Instant,
+) -> Poll<io::Result<usize>> {
+    let s = &mut st.slots[token as usize];
+    let got = if into_pipe {
+        epoll::Epoll::try_splice_in(s, fds.w, n)
+    } else {
+        epoll::Epoll::try_splice_out(s, fds.r, n)
+    };
+    if let Some(r) = got {
+        return Poll::Ready(r);
+    }
+    let which = if into_pipe { RD } else { WR };
+    if let Err(e) = st.wait_side(token, which, cx, deadline, now) {
+        return Poll::Ready(Err(e));
+    }
+    let e = st.slots[token as usize].be.e();
+    if (into_pipe && e.readable) || (!into_pipe && e.writable) {
+        cx.waker().wake_by_ref();
+    }
+    Poll::Pending
 }

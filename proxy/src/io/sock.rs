@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::addr::{set_nodelay, tcp_socket};
-use super::ops::OpId;
+use super::ops::{OpId, Relayed};
 use super::{Driver, Role};
 
 /// A TCP socket registered with the shard's driver. Dropping it closes the
@@ -189,6 +189,76 @@ impl Sock {
         .await
     }
 
+    /// One relay step from `src` to this socket (uring): the whole buffers
+    /// `src` has received, up to `max` bytes, sent here without a copy in
+    /// user space, waiting (up to the write timeout) for the send to
+    /// complete. [`Relayed::Empty`] and [`Relayed::Copy`] send nothing.
+    pub async fn relay_from(&self, src: &Sock, max: usize) -> io::Result<Relayed> {
+        let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+        let mut op = OpGuard::new(self);
+        let r = poll_fn(|cx| {
+            self.driver
+                .poll_relay(src.token, self.token, &mut op.id, max, deadline, cx)
+        })
+        .await;
+        if let Ok(Relayed::Sent(n)) = r {
+            src.rx.set(src.rx.get() + n as u64);
+            self.tx.set(self.tx.get() + n as u64);
+        }
+        r
+    }
+
+    /// Holds off (or resumes) the ring's receive so that splices read the
+    /// socket itself; a no-op on epoll.
+    pub fn hold_receiving(&self, on: bool) {
+        self.driver.hold_receiving(self.token, on);
+    }
+
+    /// Whether a held-off receive has stopped with nothing left queued
+    /// (always on epoll): from now on only splices read the socket.
+    pub fn receive_idle(&self) -> bool {
+        self.driver.receive_idle(self.token)
+    }
+
+    /// Splices up to `max` bytes (at most the pipe's room) from this socket
+    /// into the empty `pipe`, waiting up to the read timeout for a byte;
+    /// 0 at EOF.
+    pub async fn splice_in(&self, pipe: &mut Pipe, max: usize) -> io::Result<usize> {
+        debug_assert_eq!(pipe.held, 0);
+        let deadline = self.read_deadline();
+        let max = max.min(pipe.cap);
+        let mut op = SpliceGuard::new(self, true);
+        let n = poll_fn(|cx| {
+            self.driver
+                .poll_splice(self.token, &mut op.id, &pipe.fds, max, true, deadline, cx)
+        })
+        .await?;
+        pipe.held = n;
+        self.rx.set(self.rx.get() + n as u64);
+        Ok(n)
+    }
+
+    /// Splices everything `pipe` holds into this socket, waiting (up to the
+    /// write timeout between progress) for room.
+    pub async fn splice_out(&self, pipe: &mut Pipe) -> io::Result<()> {
+        while pipe.held > 0 {
+            let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+            let mut op = SpliceGuard::new(self, false);
+            let k = poll_fn(|cx| {
+                self.driver.poll_splice(
+                    self.token, &mut op.id, &pipe.fds, pipe.held, false, deadline, cx,
+                )
+            })
+            .await?;
+            if k == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            pipe.held -= k;
+            self.tx.set(self.tx.get() + k as u64);
+        }
+        Ok(())
+    }
+
     /// Half-closes the sending side (FIN after what is queued).
     pub fn shutdown_write(&self) {
         // SAFETY: fd is open.
@@ -217,6 +287,35 @@ impl<'a> OpGuard<'a> {
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
         self.driver.drop_op(self.token, &mut self.id);
+    }
+}
+
+/// A splice future's claim on its socket's splice slot (the read side's
+/// for splices in, the write side's for splices out): dropped early, the
+/// splice is cancelled and left to the driver, which keeps the pipe open
+/// until its completion.
+struct SpliceGuard<'a> {
+    driver: &'a Driver,
+    token: u32,
+    into_pipe: bool,
+    id: OpId,
+}
+
+impl<'a> SpliceGuard<'a> {
+    fn new(sock: &'a Sock, into_pipe: bool) -> SpliceGuard<'a> {
+        SpliceGuard {
+            driver: &sock.driver,
+            token: sock.token,
+            into_pipe,
+            id: OpId::default(),
+        }
+    }
+}
+
+impl Drop for SpliceGuard<'_> {
+    fn drop(&mut self) {
+        self.driver
+            .drop_splice(self.token, self.into_pipe, &mut self.id);
     }
 }
 
@@ -285,5 +384,90 @@ impl Listener {
             }
         };
         Ok((Sock::from_fd(fd, &self.driver)?, peer))
+    }
+}
+
+/// Pipes one shard may have out at once: each holds up to [`PIPE_BYTES`]
+/// of spliced data (and, on the ring, at most two kernel workers blocked in
+/// its splices), so this bounds what slow readers pin.
+pub const PIPES_MAX: usize = 256;
+/// The size asked for each pipe (`F_SETPIPE_SZ`; the default 64 KiB stays
+/// if the kernel refuses).
+pub const PIPE_BYTES: usize = 256 << 10;
+/// Idle pipes a shard keeps for the next relay.
+const PIPES_POOLED: usize = 32;
+
+/// A pipe's two descriptors, closed when the last holder lets go: the
+/// relay's [`Pipe`], and on the ring each splice in flight (the kernel may
+/// use them until its completion, whatever happens to the future).
+pub(in crate::io) struct PipeFds {
+    pub(in crate::io) r: RawFd,
+    pub(in crate::io) w: RawFd,
+}
+
+impl Drop for PipeFds {
+    fn drop(&mut self) {
+        // SAFETY: both ends are owned here and closed once.
+        unsafe {
+            libc::close(self.r);
+            libc::close(self.w);
+        }
+    }
+}
+
+/// A pipe for splicing between two sockets, from the shard's pool; an empty
+/// one that no splice still names goes back to it when dropped, any other
+/// is closed (once the kernel is done with it).
+pub struct Pipe {
+    driver: Rc<Driver>,
+    fds: Rc<PipeFds>,
+    cap: usize,
+    /// Bytes spliced in and not yet out.
+    held: usize,
+}
+
+impl Pipe {
+    /// A pipe, unless the shard has [`PIPES_MAX`] out or `pipe2` fails (the
+    /// caller copies instead; counted in `splice_fallbacks`).
+    pub fn take(driver: &Rc<Driver>) -> Option<Pipe> {
+        let fds = match driver.pipes.borrow_mut().pop() {
+            Some(p) => p,
+            None if driver.pipes_out.get() >= PIPES_MAX => return None,
+            None => {
+                let mut fds = [0 as RawFd; 2];
+                // SAFETY: fds has room for the two descriptors.
+                let rc =
+                    unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+                if rc != 0 {
+                    return None;
+                }
+                // SAFETY: fds[1] was just opened; a refusal leaves the default size.
+                unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int) };
+                Rc::new(PipeFds {
+                    r: fds[0],
+                    w: fds[1],
+                })
+            }
+        };
+        // SAFETY: w is an open pipe descriptor.
+        let cap = unsafe { libc::fcntl(fds.w, libc::F_GETPIPE_SZ) };
+        driver.pipes_out.set(driver.pipes_out.get() + 1);
+        Some(Pipe {
+            driver: driver.clone(),
+            fds,
+            cap: if cap > 0 { cap as usize } else { 64 << 10 },
+            held: 0,
+        })
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        let d = &self.driver;
+        d.pipes_out.set(d.pipes_out.get() - 1);
+        let mut pool = d.pipes.borrow_mut();
+        if self.held == 0 && Rc::strong_count(&self.fds) == 1 && pool.len() < PIPES_POOLED {
+            pool.push(self.fds.clone());
+        }
     }
 }

@@ -32,6 +32,9 @@ pub struct EngineCounters {
     pub cq_overflows: AtomicU64,
     pub sends_waited: AtomicU64,
     pub buffers_held: AtomicU64,
+    /// Body and tunnel bytes on the bulk path (`conn/bulk.rs`).
+    pub relayed_bytes: AtomicU64,
+    pub spliced_bytes: AtomicU64,
     /// Request states pooled and in use (copied by the shard tick).
     pub exchanges_pooled: AtomicU64,
     pub exchanges_out: AtomicU64,
@@ -152,6 +155,18 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_io_sends_waited_total",
         "Sends that found the socket's buffer full and waited for room (uring).",
         sum(&|s| s.sends_waited.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_relayed_bytes_total",
+        "Body and tunnel bytes sent on as the received buffers themselves, without a copy (uring bulk path).",
+        sum(&|s| s.relayed_bytes.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_spliced_bytes_total",
+        "Body and tunnel bytes moved socket to socket through a pipe with splice (bulk path).",
+        sum(&|s| s.spliced_bytes.load(Ordering::Relaxed)),
     );
     gauge(
         o,

@@ -582,4 +582,8 @@ fn publish_driver(e: &EngineCounters, d: &Driver) {
         .store(s.sends_waited.get(), Ordering::Relaxed);
     e.buffers_held
         .store(d.buffers_held() as u64, Ordering::Relaxed);
+    e.relayed_bytes
+        .store(s.relayed_bytes.get(), Ordering::Relaxed);
+    e.spliced_bytes
+        .store(s.spliced_bytes.get(), Ordering::Relaxed);
 }

@@ -7,7 +7,7 @@ use io_uring::{cqueue, types};
 use super::super::{Driver, State, Turn, NO_BUF};
 use super::{
     ud_parts, Meta, Op, Ring, INLINE_PARK_MAX, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV,
-    K_SEND, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
+    K_SEND, K_SPLICE_IN, K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
 };
 
 impl Ring {
@@ -18,6 +18,7 @@ impl Ring {
     /// sleeps until one more (a receive, an accept, a wake) arrives.
     pub(in crate::io) fn turn(&self, d: &Driver, how: Turn) -> usize {
         let wait: Option<Duration> = how.timeout();
+        self.drain_returned(&mut d.st.borrow_mut());
         {
             let mut ring = self.ring.borrow_mut();
             self.flush_backlog(&mut ring);
@@ -145,7 +146,8 @@ impl Ring {
                 u.ops -= 1;
                 s.rd.wake();
             }
-            K_SEND | K_CONNECT => {
+            K_SPLICE_IN => self.on_splice_in(st, token, res),
+            K_SEND | K_CONNECT | K_SPLICE_OUT => {
                 let s = &mut st.slots[token as usize];
                 let u = s.be.u();
                 u.ops -= 1;
@@ -153,8 +155,11 @@ impl Ring {
                 if std::mem::take(&mut u.abandoned) {
                     // Its future went away: the chunk comes back now.
                     u.op = Op::Idle;
-                    if let Some(c) = u.send.take() {
-                        self.sends.give(c);
+                    self.give_back(u);
+                } else if u.relay.is_some() && !s.closed {
+                    // A relayed send goes on by itself until all its bytes are out.
+                    if self.relay_sent(s, token, res) {
+                        return;
                     }
                 } else {
                     u.op = Op::Done(res);
@@ -227,7 +232,9 @@ impl Ring {
                 let c = &d.stats.recv_rearm_nobufs;
                 c.set(c.get() + 1);
             }
-        } else if res == -libc::ECANCELED && (s.closed || s.be.u().recv_paused) {
+        } else if res == -libc::ECANCELED
+            && (s.closed || s.be.u().recv_paused || s.be.u().recv_hold)
+        {
         } else if res < 0 {
             s.error = -res;
             s.hup = true;
@@ -237,14 +244,28 @@ impl Ring {
             let u = s.be.u();
             u.recv_armed = false;
             u.ops -= 1;
-            if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved {
+            // Paused, but the reader took the queue down while the cancel
+            // was on its way: nobody else would re-arm it.
+            let cap = u.rq_cap.max(RQ_MAX);
+            if u.recv_paused && u.rq_len <= cap / 2 {
+                u.recv_paused = false;
+            }
+            if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved && !u.recv_hold {
                 let c = &d.stats.recv_rearm_other;
                 c.set(c.get() + 1);
                 self.arm_recv(s, token);
             }
         }
         let u = s.be.u();
-        if !s.closed && u.recv_armed && !u.recv_paused && u.rq_len >= RQ_MAX {
+        // A bulk socket may hold more unread buffers while the shard has
+        // most of its buffers in the ring (the cap per connection and the
+        // shard's ring bound what 10,000 slow readers can hold).
+        let cap = if u.rq_cap > RQ_MAX && self.held.get() * 2 < self.bufs.entries as usize {
+            u.rq_cap
+        } else {
+            RQ_MAX
+        };
+        if !s.closed && u.recv_armed && !u.recv_paused && u.rq_len >= cap {
             u.recv_paused = true;
             self.cancel(K_RECV, token, gen);
             let c = &d.stats.recv_paused;
@@ -256,16 +277,16 @@ impl Ring {
     /// Frees a released slot whose last entry completed: its chunk goes
     /// back to the pool, descriptors accepted for it are closed, and then
     /// its own descriptor.
-    fn retire(&self, st: &mut State, token: u32) {
+    pub(super) fn retire(&self, st: &mut State, token: u32) {
         let u = st.slots[token as usize].be.u();
         debug_assert_eq!(u.ops, 0);
-        if let Some(c) = u.send.take() {
-            self.sends.give(c);
-        }
+        self.give_back(u);
+        u.rpipe = None;
         for fd in u.accepted.drain(..) {
             // SAFETY: accepted descriptors nobody took are ours to close.
             unsafe { libc::close(fd) };
         }
         Driver::free_slot(st, token);
+        self.drain_returned(st);
     }
 }

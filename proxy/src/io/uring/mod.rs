@@ -36,18 +36,22 @@
 
 mod bufs;
 mod complete;
+mod relay;
 mod sock;
+mod splice;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
 use self::bufs::{BufRing, Chunk, SendPool};
+use super::sock::PipeFds;
 use super::{Options, Role, Slot, State, NO_BUF};
 
 /// What the one log line says when the ring is refused and the shard runs on epoll.
@@ -57,6 +61,14 @@ Set \"io\": {\"driver\": \"epoll\"} to choose epoll without this message.";
 
 /// Unread buffers at which a socket's receive is paused.
 pub const RQ_MAX: u16 = 4;
+
+/// The same for a socket whose bytes are relayed in bulk
+/// ([`Ring::poll_relay`]), while the shard holds less than half its
+/// buffers: the receive keeps running while the previous bytes are sent.
+pub const RQ_BULK: u16 = 8;
+
+/// Provided buffers one relayed send (`sendmsg`) takes at most.
+pub const RELAY_BUFS: usize = 8;
 
 /// Accepts a listener has submitted or completed but not handed out, at
 /// most: the ring takes connections off the backlog only as the accept loop
@@ -95,6 +107,8 @@ const K_ACCEPT: u64 = 4;
 const K_CANCEL: u64 = 5;
 const K_WAKE: u64 = 6;
 const K_POLL: u64 = 7;
+const K_SPLICE_IN: u64 = 8;
+const K_SPLICE_OUT: u64 = 9;
 
 fn ud(kind: u64, token: u32, gen: u32) -> u64 {
     (kind << 56) | ((gen as u64 & 0x00ff_ffff) << 32) | token as u64
@@ -128,6 +142,8 @@ enum Op {
 pub(in crate::io) enum What<'a> {
     Send(&'a [u8]),
     Connect(SocketAddr),
+    /// Splice the first `n` bytes of the pipe into the socket.
+    Splice(&'a Rc<PipeFds>, usize),
 }
 
 /// The ring's own per-socket state.
@@ -166,6 +182,23 @@ pub(in crate::io) struct USock {
     bulk: bool,
     /// The bytes of the send, owned here from submission to completion.
     send: Option<Chunk>,
+    /// A relayed send's provided buffers (another socket's received bytes,
+    /// sent without a copy), owned here likewise.
+    relay: Option<Box<relay::Relay>>,
+    /// The pipe end a splice in flight names (out of it on the write side,
+    /// into it on the read side): kept open until the completion.
+    wpipe: Option<Rc<PipeFds>>,
+    rpipe: Option<Rc<PipeFds>>,
+    /// The read side's splice (socket into a pipe), its sequence number and
+    /// whether its future went away.
+    rsplice: Op,
+    rsplice_seq: u32,
+    rsplice_abandoned: bool,
+    /// The receive is held off for splicing: nothing re-arms it until resumed.
+    recv_hold: bool,
+    /// Unread buffers at which this socket's receive is paused: [`RQ_MAX`],
+    /// or [`RQ_BULK`] while its bytes are relayed.
+    rq_cap: u16,
     /// The connect's address, owned here while the kernel may read it.
     addr: Option<Box<socket2::SockAddr>>,
     /// Entries submitted or queued that name this socket: its descriptor
@@ -198,6 +231,14 @@ impl USock {
             send_full: false,
             bulk: false,
             send: None,
+            relay: None,
+            wpipe: None,
+            rpipe: None,
+            rsplice: Op::Idle,
+            rsplice_seq: 0,
+            rsplice_abandoned: false,
+            recv_hold: false,
+            rq_cap: RQ_MAX,
             addr: None,
             ops: 0,
             accepts_armed: 0,
@@ -215,6 +256,9 @@ pub struct Ring {
     meta: RefCell<Vec<Meta>>,
     /// Buffers queued on sockets (not in the kernel's ring).
     held: Cell<usize>,
+    /// Buffers of relayed sends that ended where the slot table was not at
+    /// hand: recycled at the next turn (or relay poll).
+    returned: RefCell<Vec<u16>>,
     /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
     starved: RefCell<Vec<(u32, u32)>>,
     /// Entries that found the submission queue full (see [`Ring::push`]).
@@ -258,6 +302,7 @@ impl Ring {
                 0,
             )?;
         }
+        limit_workers(&ring);
         for bid in 0..bufs.entries {
             bufs.add(bid);
         }
@@ -274,6 +319,7 @@ impl Ring {
             bufs,
             sends: SendPool::default(),
             held: Cell::new(0),
+            returned: RefCell::new(Vec::new()),
             starved: RefCell::new(Vec::with_capacity(64)),
             backlog: RefCell::new(Vec::new()),
             inline_sends: Cell::new(0),
@@ -386,7 +432,7 @@ impl Ring {
 
     /// Arms the receive of a socket that just connected.
     pub(in crate::io) fn start_receiving(&self, s: &mut Slot, token: u32) {
-        if !s.be.u().recv_armed && !s.closed {
+        if !s.be.u().recv_armed && !s.be.u().recv_hold && !s.closed {
             self.arm_recv(s, token);
         }
     }
@@ -410,7 +456,7 @@ impl Ring {
             if s.in_use && s.gen == gen && !s.closed && s.be.u().recv_starved {
                 let u = s.be.u();
                 u.recv_starved = false;
-                if !u.recv_armed && !u.recv_paused && !s.hup {
+                if !u.recv_armed && !u.recv_paused && !u.recv_hold && !s.hup {
                     self.arm_recv(s, t);
                 }
             }
@@ -446,6 +492,21 @@ impl Ring {
             })
             .count()
     }
+}
+
+/// The ring's kernel workers (they run its splices, `splice.rs`) stay on
+/// the shard's CPUs, as the shard does, and are at most two per pipe a
+/// shard may have out. A kernel that refuses either keeps its defaults.
+fn limit_workers(ring: &IoUring) {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            let _ = ring.submitter().register_iowq_aff(&set);
+        }
+    }
+    let mut max = [0u32, 2 * super::sock::PIPES_MAX as u32];
+    let _ = ring.submitter().register_iowq_max_workers(&mut max);
 }
 
 /// Clears `O_NONBLOCK`: io_uring waits on a blocking socket with its own

@@ -11,7 +11,8 @@ use super::super::addr::sockaddr;
 use super::super::ops::OpId;
 use super::super::{timed_out, Driver, Role, Slot, State, NO_BUF, WR};
 use super::{
-    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND, RQ_MAX,
+    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND,
+    K_SPLICE_OUT, RQ_MAX,
 };
 
 impl Ring {
@@ -37,6 +38,7 @@ impl Ring {
         if u.poll_armed {
             self.cancel(K_POLL, token, gen);
         }
+        self.abandon_splice_in(s, token);
         self.abandon(s, token);
         while bid != NO_BUF {
             let next = self.meta.borrow()[bid as usize].next;
@@ -45,9 +47,8 @@ impl Ring {
         }
         let u = st.slots[token as usize].be.u();
         if u.ops == 0 {
-            if let Some(c) = u.send.take() {
-                self.sends.give(c);
-            }
+            self.give_back(u);
+            u.rpipe = None;
             for fd in u.accepted.drain(..) {
                 // SAFETY: accepted descriptors nobody took are ours to close.
                 unsafe { libc::close(fd) };
@@ -88,7 +89,9 @@ impl Ring {
         }
         let s = &mut st.slots[token as usize];
         let u = s.be.u();
-        if u.recv_paused && !u.recv_armed && u.rq_len <= RQ_MAX / 2 && !s.hup {
+        // A plain read ends bulk relaying: the next bytes are a head, or small.
+        u.rq_cap = RQ_MAX;
+        if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_MAX / 2 && !s.hup {
             u.recv_paused = false;
             self.arm_recv(s, token);
         }
@@ -135,6 +138,10 @@ impl Ring {
     pub(in crate::io) fn has_input(&self, s: &mut Slot, token: u32) -> bool {
         let u = s.be.u();
         if u.rq_head != NO_BUF || s.hup {
+            return true;
+        }
+        if u.recv_hold && !u.recv_armed {
+            // Held off and stopped: the splice that reads next can go.
             return true;
         }
         if u.recv_starved {
@@ -233,7 +240,7 @@ impl Ring {
     }
 
     /// Nobody will take the result of the slot's operation.
-    fn abandon(&self, s: &mut Slot, token: u32) {
+    pub(super) fn abandon(&self, s: &mut Slot, token: u32) {
         let gen = s.gen;
         let u = s.be.u();
         match u.op {
@@ -249,12 +256,22 @@ impl Ring {
     }
 
     /// Ends a completed operation: its chunk goes back to the pool.
-    fn finish(&self, s: &mut Slot) {
+    pub(super) fn finish(&self, s: &mut Slot) {
         let u = s.be.u();
         u.op = Op::Idle;
+        self.give_back(u);
+    }
+
+    /// A send's memory goes back: its chunk to the pool, a relayed send's
+    /// provided buffers to the list the next turn recycles.
+    pub(super) fn give_back(&self, u: &mut super::USock) {
         if let Some(c) = u.send.take() {
             self.sends.give(c);
         }
+        if let Some(r) = u.relay.take() {
+            self.returned.borrow_mut().extend_from_slice(r.bids());
+        }
+        u.wpipe = None;
     }
 
     /// Starts an operation: copies a send's bytes into a chunk, boxes a
@@ -270,6 +287,24 @@ impl Ring {
                 let inline = !u.send_full && !u.bulk && !bulk && b.len() <= super::INLINE_SEND_MAX;
                 u.bulk = bulk;
                 self.submit_send(d, s, token, inline);
+            }
+            What::Splice(pipe, n) => {
+                let e = opcode::Splice::new(
+                    types::Fd(pipe.r),
+                    -1,
+                    types::Fd(s.fd),
+                    -1,
+                    n.min(u32::MAX as usize) as u32,
+                )
+                .flags(libc::SPLICE_F_MOVE)
+                .build()
+                .user_data(ud(K_SPLICE_OUT, token, s.gen));
+                u.wpipe = Some(pipe.clone());
+                u.op_kind = K_SPLICE_OUT;
+                u.send_inline = false;
+                u.op = Op::InFlight;
+                u.ops += 1;
+                self.push(&e);
             }
             What::Connect(addr) => {
                 let a = Box::new(sockaddr(addr));

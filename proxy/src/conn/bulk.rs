@@ -1,0 +1,194 @@
+//! The bulk path: a body (or tunnel direction) that zgix only relays, past [`BULK_MIN`] bytes, moves socket to socket through a pipe with splice, without passing through the exchange's buffers or user space.
+//!
+//! It applies where zgix neither reads nor changes the bytes: a
+//! Content-Length body (RFC 9112 §6.2: the length alone frames it, so the
+//! bytes after the head are relayed as they come, exactly that many) and a
+//! tunnel after `101` (RFC 9110 §7.8), both sockets plaintext. A TLS
+//! client, a chunked body (re-encoded or scanned, RFC 9112 §7.1) and the
+//! first bytes that came in with a head stay on the copy path of `body.rs`.
+//!
+//! - epoll: non-blocking `splice(2)` from the source socket into a pipe
+//!   from the shard's pool, then from the pipe into the destination, on the
+//!   driver's readiness.
+//! - uring: the same two splices as `IORING_OP_SPLICE` entries (the kernel
+//!   runs them in the ring's workers, since a splice may block). The
+//!   source's multishot receive is held off first and the buffers it had
+//!   queued are sent on as they are (`sendmsg` over them, no copy), so the
+//!   bytes keep their order; the receive resumes when the relay ends.
+//!
+//! Tunnels on the ring take the relayed-buffer path below, never a splice:
+//! their idle rule goes on after a read timeout, and a splice in that the
+//! timeout cancels may already have moved bytes into its pipe.
+//!
+//! A shard has at most `io::PIPES_MAX` pipes out; past that (or if `pipe2`
+//! fails) the relay runs without one: on the ring the received buffers are
+//! sent as they are, several per `sendmsg`, while the source may keep
+//! `RQ_BULK` buffers unread (bounded per connection, and per shard by its
+//! buffer ring); on epoll it copies through the exchange's buffer.
+
+use std::cell::Cell;
+use std::io;
+use std::time::Instant;
+
+use super::client::ClientConn;
+use crate::io::{Pipe, Relayed, Sock};
+use crate::upstream::conn::UpConn;
+
+/// Bytes still to relay above which an exchange takes the bulk path.
+pub(super) const BULK_MIN: u64 = 64 << 10;
+
+/// The most one relay step asks for (the ring caps it further by
+/// `RELAY_BUFS` buffers, epoll by the pipe's size).
+const STEP_MAX: u64 = 1 << 20;
+
+/// Why a relay ended before its bytes were all moved.
+#[derive(Debug)]
+pub(super) enum RelayEnd {
+    /// Reading the source failed or timed out.
+    Src(io::Error),
+    /// The source closed before the bytes it owed.
+    SrcEof,
+    /// Writing the destination failed or timed out.
+    Dst(io::Error),
+}
+
+/// The client's socket when the connection is plaintext (the bulk path
+/// never sees TLS: the record layer must decrypt and encrypt every byte).
+pub(super) fn plain(client: &ClientConn) -> Option<&Sock> {
+    client.tls().is_none().then(|| client.sock()).flatten()
+}
+
+/// The upstream's socket when the connection to it is plaintext: only then
+/// may the bulk path move its bytes (TLS records are zgix's to decrypt).
+pub(super) fn plain_up(up: &UpConn) -> Option<&Sock> {
+    (!up.is_tls()).then(|| up.sock())
+}
+
+/// Progress of a relay: the time of the last bytes (tunnel idleness) and
+/// what to count them in.
+pub(super) struct Progress<'a> {
+    pub last: Option<&'a Cell<Instant>>,
+    pub bytes: Option<&'a crate::observe::counter::Counter>,
+}
+
+impl Progress<'_> {
+    pub(super) const NONE: Progress<'static> = Progress {
+        last: None,
+        bytes: None,
+    };
+
+    fn moved(&self, src: &Sock, n: usize) {
+        if let Some(l) = self.last {
+            l.set(src.driver().now());
+        }
+        if let Some(b) = self.bytes {
+            b.add(n as u64);
+        }
+    }
+}
+
+/// Relays `n` bytes (`None`: until the source's EOF) from `src` to `dst`;
+/// `buf` carries what cannot be relayed as it is. Returns the bytes moved.
+///
+/// `ring_splice` false keeps the ring off splicing (tunnels): a splice in
+/// that a read timeout cancels may already have moved bytes into its pipe,
+/// which a relay that goes on after the timeout would lose.
+pub(super) async fn relay(
+    src: &Sock,
+    dst: &Sock,
+    n: Option<u64>,
+    buf: &mut [u8],
+    progress: &Progress<'_>,
+    ring_splice: bool,
+) -> Result<u64, RelayEnd> {
+    let mut left = n.unwrap_or(u64::MAX);
+    let mut moved = 0u64;
+    let ring = src.driver().kind() == crate::io::Kind::Uring;
+    let pipe = if ring && !ring_splice {
+        None
+    } else {
+        Pipe::take(src.driver())
+    };
+    let _hold = pipe.as_ref().map(|_| Hold::new(src));
+    if pipe.is_none() && (ring_splice || !ring) {
+        let c = &src.driver().stats.splice_fallbacks;
+        c.set(c.get() + 1);
+    }
+    // Without a pipe, everything; with one, what the ring's receive had
+    // queued before it was held off (the bytes keep their order).
+    while left > 0 && (pipe.is_none() || !src.receive_idle()) {
+        let max = left.min(STEP_MAX) as usize;
+        let k = match dst.relay_from(src, max).await.map_err(RelayEnd::Dst)? {
+            Relayed::Sent(k) => k,
+            Relayed::Empty if pipe.is_some() => {
+                // Wakes with bytes, at EOF, or when the held receive stopped.
+                src.readable().await.map_err(RelayEnd::Src)?;
+                continue;
+            }
+            Relayed::Empty => {
+                src.readable().await.map_err(RelayEnd::Src)?;
+                match dst.relay_from(src, max).await.map_err(RelayEnd::Dst)? {
+                    Relayed::Sent(k) => k,
+                    _ => copy(src, dst, max, buf).await?,
+                }
+            }
+            Relayed::Copy => copy(src, dst, max, buf).await?,
+        };
+        if k == 0 {
+            return eof(n, moved);
+        }
+        progress.moved(src, k);
+        left -= k as u64;
+        moved += k as u64;
+    }
+    let Some(mut pipe) = pipe else {
+        return Ok(moved);
+    };
+    while left > 0 {
+        let max = left.min(STEP_MAX) as usize;
+        let k = src.splice_in(&mut pipe, max).await.map_err(RelayEnd::Src)?;
+        if k == 0 {
+            return eof(n, moved);
+        }
+        dst.splice_out(&mut pipe).await.map_err(RelayEnd::Dst)?;
+        progress.moved(src, k);
+        left -= k as u64;
+        moved += k as u64;
+    }
+    Ok(moved)
+}
+
+/// One read of up to `max` bytes into `buf` and its write; 0 at EOF.
+async fn copy(src: &Sock, dst: &Sock, max: usize, buf: &mut [u8]) -> Result<usize, RelayEnd> {
+    let want = max.min(buf.len());
+    let k = src.read(&mut buf[..want]).await.map_err(RelayEnd::Src)?;
+    if k > 0 {
+        dst.write_all(&buf[..k]).await.map_err(RelayEnd::Dst)?;
+    }
+    Ok(k)
+}
+
+/// The source's ring receive held off while splices read the socket,
+/// resumed when the relay ends (whichever way).
+struct Hold<'a>(&'a Sock);
+
+impl<'a> Hold<'a> {
+    fn new(s: &'a Sock) -> Hold<'a> {
+        s.hold_receiving(true);
+        Hold(s)
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.0.hold_receiving(false);
+    }
+}
+
+/// The source's EOF: the end of a relay until EOF, else a short body.
+fn eof(n: Option<u64>, moved: u64) -> Result<u64, RelayEnd> {
+    match n {
+        None => Ok(moved),
+        Some(_) => Err(RelayEnd::SrcEof),
+    }
+}

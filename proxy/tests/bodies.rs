@@ -1,0 +1,430 @@
+//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll) and on the copy path (chunked), a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use support::{metrics_text, pattern, pattern_byte, series, Client, Config, Zgix, IO_TIMEOUT};
+
+const MIB: u64 = 1 << 20;
+/// Bytes of a body that may go the copy path before the bulk path starts:
+/// what arrives with the head plus one streaming buffer.
+const COPY_SLACK: u64 = 256 << 10;
+
+/// FNV-1a over `bytes`, continuing from `h`.
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+const FNV0: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The FNV-1a of the first `n` pattern bytes (a block of whole 26-letter
+/// cycles, repeated).
+fn pattern_fnv(n: u64) -> u64 {
+    repeated_fnv(&pattern(26 * 40_960), n)
+}
+
+/// The FNV-1a of `n` bytes of `block` repeated.
+fn repeated_fnv(block: &[u8], n: u64) -> u64 {
+    let mut h = FNV0;
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(block.len() as u64) as usize;
+        h = fnv(h, &block[..take]);
+        left -= take as u64;
+    }
+    h
+}
+
+/// An origin for bodies: `GET /cl/N` sends N pattern bytes with a
+/// Content-Length, `GET /chunked/N` the same chunked; a POST (Content-Length
+/// or chunked) is read whole and answered `"{length} {fnv}"`. `sent` counts
+/// the response body bytes its writes handed to the kernel.
+struct BodyOrigin {
+    addr: SocketAddr,
+    sent: Arc<AtomicU64>,
+}
+
+impl BodyOrigin {
+    fn start() -> BodyOrigin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sent = Arc::new(AtomicU64::new(0));
+        let s = sent.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(c) = c else { return };
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let _ = serve(c, &s);
+                });
+            }
+        });
+        BodyOrigin { addr, sent }
+    }
+}
+
+fn serve(c: TcpStream, sent: &AtomicU64) -> std::io::Result<()> {
+    let mut w = c.try_clone()?;
+    let mut r = BufReader::with_capacity(256 << 10, c);
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            if r.read_until(b'\n', &mut line)? == 0 {
+                return Ok(());
+            }
+            let end = line == b"\r\n";
+            head.extend_from_slice(&line);
+            if end {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let first = text.lines().next().unwrap_or("").to_string();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+        };
+        if first.starts_with("post") {
+            let (len, h) = if field("transfer-encoding:").is_some() {
+                read_chunked(&mut r)?
+            } else {
+                let n: u64 = field("content-length:")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                read_exact_fnv(&mut r, n)?
+            };
+            let body = format!("{len} {h:016x}");
+            write!(
+                w,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )?;
+            continue;
+        }
+        let path = first.split(' ').nth(1).unwrap_or("/").to_string();
+        let (chunked, n) = if let Some(n) = path.strip_prefix("/cl/") {
+            (false, n.parse::<u64>().unwrap_or(0))
+        } else if let Some(n) = path.strip_prefix("/chunked/") {
+            (true, n.parse::<u64>().unwrap_or(0))
+        } else {
+            (false, 0)
+        };
+        if chunked {
+            w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+        } else {
+            write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")?;
+        }
+        let mut at = 0u64;
+        let mut block = vec![0u8; 100_000];
+        while at < n {
+            let take = (n - at).min(block.len() as u64) as usize;
+            for (i, b) in block[..take].iter_mut().enumerate() {
+                *b = pattern_byte(at + i as u64);
+            }
+            if chunked {
+                write!(w, "{take:x}\r\n")?;
+                w.write_all(&block[..take])?;
+                w.write_all(b"\r\n")?;
+            } else {
+                w.write_all(&block[..take])?;
+            }
+            at += take as u64;
+            sent.store(at, Ordering::Release);
+        }
+        if chunked {
+            w.write_all(b"0\r\n\r\n")?;
+        }
+    }
+}
+
+fn read_exact_fnv(r: &mut impl Read, n: u64) -> std::io::Result<(u64, u64)> {
+    let mut h = FNV0;
+    let mut left = n;
+    let mut buf = vec![0u8; 256 << 10];
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let k = r.read(&mut buf[..want])?;
+        if k == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        h = fnv(h, &buf[..k]);
+        left -= k as u64;
+    }
+    Ok((n, h))
+}
+
+fn read_chunked(r: &mut impl BufRead) -> std::io::Result<(u64, u64)> {
+    let (mut len, mut h) = (0u64, FNV0);
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        let size = u64::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+            .map_err(|_| std::io::Error::other(format!("bad chunk line {line:?}")))?;
+        if size == 0 {
+            let mut end = String::new();
+            r.read_line(&mut end)?;
+            return Ok((len, h));
+        }
+        let (_, ch) = read_exact_fnv_from(r, size, h)?;
+        h = ch;
+        len += size;
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf)?;
+    }
+}
+
+fn read_exact_fnv_from(r: &mut impl Read, n: u64, h0: u64) -> std::io::Result<(u64, u64)> {
+    let mut h = h0;
+    let mut left = n;
+    let mut buf = vec![0u8; 64 << 10];
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        r.read_exact(&mut buf[..want])?;
+        h = fnv(h, &buf[..want]);
+        left -= want as u64;
+    }
+    Ok((n, h))
+}
+
+/// Bytes on the bulk path so far: spliced (both drivers) plus received
+/// buffers relayed as they are (uring, when the shard's pipes ran out).
+fn bulk_bytes(zgix: &Zgix) -> u64 {
+    let m = metrics_text(zgix);
+    (series(&m, "zgix_io_spliced_bytes_total") + series(&m, "zgix_io_relayed_bytes_total")) as u64
+}
+
+/// Waits (up to the I/O timeout) until the shard tick has published at
+/// least `want` bulk-path bytes; returns the value seen.
+#[track_caller]
+fn wait_bulk_bytes(zgix: &Zgix, want: u64) -> u64 {
+    let until = Instant::now() + IO_TIMEOUT;
+    loop {
+        let v = bulk_bytes(zgix);
+        if v >= want {
+            return v;
+        }
+        assert!(
+            Instant::now() < until,
+            "bulk-path bytes stayed at {v}, expected at least {want}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn proxy() -> (BodyOrigin, Zgix) {
+    let origin = BodyOrigin::start();
+    let zgix = Zgix::start(&Config::new(&[origin.addr]).admin());
+    (origin, zgix)
+}
+
+/// Reads a Content-Length body of `n` bytes, checking every byte against
+/// the pattern; returns its FNV-1a. `step` bounds each read.
+fn read_pattern_body(client: &mut Client, n: u64, step: usize, mut each: impl FnMut(u64)) -> u64 {
+    let mut h = FNV0;
+    let mut got = 0u64;
+    let reader = client.body_reader();
+    while got < n {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) => panic!("body read after {got} of {n} bytes: {e}"),
+        };
+        assert!(!buf.is_empty(), "closed after {got} of {n} bytes");
+        let take = buf.len().min(step).min((n - got) as usize);
+        for (i, &b) in buf[..take].iter().enumerate() {
+            assert_eq!(b, pattern_byte(got + i as u64), "byte {}", got + i as u64);
+        }
+        h = fnv(h, &buf[..take]);
+        reader.consume(take);
+        got += take as u64;
+        each(got);
+    }
+    h
+}
+
+#[test]
+fn a_64_mib_download_on_the_bulk_path_is_byte_exact_and_the_connection_stays_in_sync() {
+    let (_origin, zgix) = proxy();
+    let n = 64 * MIB;
+    let mut client = Client::connect(zgix.addr());
+    client.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    let head = client.read_response_head();
+    assert_eq!(head.status, 200, "{}", head.show());
+    assert_eq!(head.field("content-length"), Some(n.to_string().as_str()));
+    assert_eq!(
+        read_pattern_body(&mut client, n, usize::MAX, |_| {}),
+        pattern_fnv(n)
+    );
+    wait_bulk_bytes(&zgix, n - COPY_SLACK);
+    // The next request on the same connection is answered in sync.
+    let r = client.get("/cl/5");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"abcde");
+}
+
+#[test]
+fn a_64_mib_upload_on_the_bulk_path_is_byte_exact_and_a_pipelined_request_follows() {
+    let (_origin, zgix) = proxy();
+    let n = 64 * MIB;
+    let mut client = Client::connect(zgix.addr());
+    client.send(format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n").as_bytes());
+    let block = pattern(1 << 20);
+    for _ in 0..n / MIB - 1 {
+        client.send(&block);
+    }
+    // The last megabyte and the next request in one write: the bytes past
+    // the body must not be relayed with it.
+    let mut tail = block.clone();
+    tail.extend_from_slice(b"GET /cl/3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    client.send(&tail);
+    let r = client.read_response();
+    assert_eq!(r.status, 200, "{}", r.show());
+    assert_eq!(
+        String::from_utf8_lossy(&r.body),
+        format!("{n} {:016x}", repeated_fnv(&block, n))
+    );
+    let next = client.read_response();
+    assert_eq!(next.status, 200);
+    assert_eq!(next.body, b"abc");
+    wait_bulk_bytes(&zgix, n - COPY_SLACK);
+}
+
+#[test]
+fn chunked_bodies_of_64_mib_go_the_copy_path_byte_exact_both_ways() {
+    let (_origin, zgix) = proxy();
+    let n = 64 * MIB;
+    let mut client = Client::connect(zgix.addr());
+    let r = client.get(&format!("/chunked/{n}"));
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    assert_eq!(r.body.len() as u64, n);
+    assert_eq!(fnv(FNV0, &r.body), pattern_fnv(n));
+    drop(r);
+    // A chunked upload, re-encoded by zgix on its way.
+    client.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let block = pattern(1 << 20);
+    let mut at = 0u64;
+    while at < n {
+        let piece = &block[..(300_000).min((n - at) as usize)];
+        client.send(format!("{:x};ext=1\r\n", piece.len()).as_bytes());
+        client.send(piece);
+        client.send(b"\r\n");
+        at += piece.len() as u64;
+    }
+    client.send(b"0\r\n\r\n");
+    // 300,000 is not a divisor of the block: the pattern restarts every MiB.
+    let mut h = FNV0;
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(300_000);
+        h = fnv(h, &block[..take as usize]);
+        left -= take;
+    }
+    let r = client.read_response();
+    assert_eq!(String::from_utf8_lossy(&r.body), format!("{n} {h:016x}"));
+    // Then a Content-Length body of 1 MiB: the bulk counter moves by that
+    // one alone, so the 128 MiB above went the copy path.
+    client.send(b"GET /cl/1048576 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let head = client.read_response_head();
+    assert_eq!(head.status, 200);
+    read_pattern_body(&mut client, MIB, usize::MAX, |_| {});
+    let v = wait_bulk_bytes(&zgix, MIB - COPY_SLACK);
+    assert!(
+        v <= MIB,
+        "bulk bytes {v}: a chunked body took the bulk path"
+    );
+}
+
+#[test]
+fn a_slow_reader_keeps_the_bytes_in_flight_bounded() {
+    let (origin, zgix) = proxy();
+    let n = 192 * MIB;
+    let mut client = Client::connect(zgix.addr());
+    client.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    let head = client.read_response_head();
+    assert_eq!(head.status, 200);
+    // Reading 4 KiB at a time and checking every byte, the client is the
+    // slowest of the three: what the origin wrote and the client has not
+    // read sits in kernel socket buffers (loopback autotuning allows up to
+    // tcp_rmem's 32 MiB on zgix's upstream socket) and in zgix. Unbounded
+    // buffering in zgix would let it approach the whole body.
+    let mut worst = 0u64;
+    let sent = origin.sent.clone();
+    read_pattern_body(&mut client, n, 4096, |got| {
+        worst = worst.max(sent.load(Ordering::Acquire).saturating_sub(got));
+    });
+    assert!(worst < 64 * MIB, "{worst} bytes in flight");
+    let hwm = zgix.vm_hwm_kib();
+    assert!(hwm < 64 * 1024, "zgix VmHWM {hwm} KiB");
+    let m = metrics_text(&zgix);
+    assert!(series(&m, "zgix_io_buffers_held") <= 256.0);
+}
+
+/// A self-signed certificate for `localhost` in a scratch directory.
+fn cert(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("zgix-bodies-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let c = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cp, kp) = (dir.join("c.pem"), dir.join("c.key"));
+    std::fs::write(&cp, c.pem()).unwrap();
+    std::fs::write(&kp, key.serialize_pem()).unwrap();
+    (dir, cp, kp)
+}
+
+#[test]
+fn a_tls_listener_relays_large_bodies_by_copying() {
+    let origin = BodyOrigin::start();
+    let (dir, c, k) = cert("tls");
+    let json = format!(
+        r#"{{"admin": {{"bind": "127.0.0.1:0"}},
+            "listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "c"}}}},
+                          {{"bind": "127.0.0.1:0", "name": "tls", "http": {{"cluster": "c"}},
+                            "tls": {{"certificates": [{{"cert": "{}", "key": "{}"}}]}}}}],
+            "clusters": {{"c": {{"endpoints": ["{}"]}}}}}}"#,
+        c.display(),
+        k.display(),
+        origin.addr
+    );
+    let zgix = Zgix::start_json(&json);
+    let tls_port = zgix.listeners[1].port();
+    let n = 16 * MIB;
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--cacert"])
+        .arg(&c)
+        .arg("--resolve")
+        .arg(format!("localhost:{tls_port}:127.0.0.1"))
+        .arg(format!("https://localhost:{tls_port}/cl/{n}"))
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len() as u64, n);
+    assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(n));
+    // Then 1 MiB on the plaintext listener: the bulk counter moves by that
+    // alone, so the 16 MiB over TLS were copied.
+    let mut client = Client::connect(zgix.addr());
+    client.send(b"GET /cl/1048576 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(client.read_response_head().status, 200);
+    read_pattern_body(&mut client, MIB, usize::MAX, |_| {});
+    let v = wait_bulk_bytes(&zgix, MIB - COPY_SLACK);
+    assert!(v <= MIB, "bulk bytes {v}: the TLS body took the bulk path");
+    let _ = std::fs::remove_dir_all(dir);
+}
