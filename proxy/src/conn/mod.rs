@@ -200,10 +200,11 @@ impl Conn {
         let Some(mut state) = Box::pin(self.open()).await else {
             return;
         };
-        if self.h2_possible() && Box::pin(self.h2_wanted(&mut state)).await {
-            Box::pin(self.serve_h2(state)).await;
-            Box::pin(self.close_gracefully(None)).await;
-            return;
+        if self.h2_possible() {
+            state = match Box::pin(self.h2_or_http1(state)).await {
+                Some(s) => s,
+                None => return,
+            };
         }
         let mut first = true;
         loop {

@@ -134,6 +134,19 @@ impl Conn {
         }
     }
 
+    /// On a listener that may speak HTTP/2: serves the connection as HTTP/2
+    /// to its end when it does (`None`), else hands back the state with the
+    /// bytes read so far for the HTTP/1.1 loop. Boxed out of `run`, so an
+    /// idle HTTP/1.1 connection's task does not grow by it.
+    pub(super) async fn h2_or_http1(&mut self, mut st: State) -> Option<State> {
+        if !self.h2_wanted(&mut st).await {
+            return Some(st);
+        }
+        Box::pin(self.serve_h2(st)).await;
+        Box::pin(self.close_gracefully(None)).await;
+        None
+    }
+
     /// Serves the connection as HTTP/2 to its end.
     pub(super) async fn serve_h2(&mut self, st: State) {
         let shard = self.shard.clone();
