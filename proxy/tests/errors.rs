@@ -318,6 +318,25 @@ fn upstream_header_timeout_is_504() {
     health_check(zgix.addr());
 }
 
+/// A header timeout is not retried: the origin has the request and may still
+/// act on it, and docs/config.md's retry rule names connect failures and
+/// resets before any response byte only. (A GET was sent to the second
+/// endpoint too, and the client waited two timeouts.)
+#[test]
+fn a_request_that_meets_the_header_timeout_is_not_sent_again() {
+    let (a, b) = (Origin::start(), Origin::start());
+    let zgix =
+        Zgix::start(&Config::new(&[a.addr(), b.addr()]).limit("upstream_header_timeout_ms", 300));
+    assert_refusal(
+        zgix.addr(),
+        b"GET /hang HTTP/1.1\r\nHost: t\r\n\r\n",
+        504,
+        "Gateway Timeout",
+    );
+    let sent = a.requests().len() + b.requests().len();
+    assert_eq!(sent, 1, "the request went to {sent} endpoints");
+}
+
 #[test]
 fn stalled_client_head_is_closed_after_header_timeout() {
     let (origin, zgix) = proxy(|c| c.limit("client_header_timeout_ms", 300));

@@ -300,7 +300,12 @@ impl Download<'_> {
                     *self.uend += n;
                     got_any = true;
                 }
-                Err(e) if super::is_timeout(&e) => return Err(early(UpstreamError::HeaderTimeout)),
+                // A timeout is not "early": the origin has the request and may
+                // still act on it, so it is never sent again (docs/config.md,
+                // retries: connect failures, and resets before any byte).
+                Err(e) if super::is_timeout(&e) => {
+                    return Err(Fail::Upstream(UpstreamError::HeaderTimeout))
+                }
                 Err(_) => return Err(early(UpstreamError::Reset)),
             }
         }
