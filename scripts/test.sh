@@ -11,6 +11,7 @@
 #   nginx              (Debian package nginx)        the TLS origin of proxy/tests/tls_upstream.rs
 #   python3            (Debian package python3)      the Python `ssl` client of proxy/tests/tls_hello.rs
 #   h2load             (Debian package nghttp2-client) the HTTP/2 tests' load client
+#   chromium           (Debian package chromium)     renders the admin status page headless (proxy/tests/admin_status.rs)
 # As root, missing ones are installed with apt-get; otherwise the script stops
 # and names the packages to install.
 set -euo pipefail
