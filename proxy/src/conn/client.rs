@@ -7,35 +7,7 @@ use std::time::Duration;
 
 use zgix_tls::{Info, Session};
 
-use crate::io::Sock;
-
-/// A TLS record is at most 2^14 bytes of payload plus 256 of overhead
-/// (RFC 8446 §5.2); a read buffer holds one whole, and a bit more so a
-/// following record's head can wait in it.
-pub const TLS_READ_BUFFER: usize = (1 << 14) + 256 + 1024;
-
-/// Read buffers a shard keeps for TLS connections between reads (an idle
-/// TLS connection holds none).
-const POOLED_READ_BUFFERS: usize = 64;
-
-thread_local! {
-    static READ_BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
-}
-
-pub(super) fn take_read_buffer() -> Box<[u8]> {
-    READ_BUFFERS
-        .with(|p| p.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0u8; TLS_READ_BUFFER].into_boxed_slice())
-}
-
-pub(super) fn put_read_buffer(b: Box<[u8]>) {
-    READ_BUFFERS.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.len() < POOLED_READ_BUFFERS {
-            p.push(b);
-        }
-    });
-}
+use crate::io::{put_record_buffer, take_record_buffer, Sock};
 
 /// A client connection's transport: the socket, and TLS over it once the
 /// handshake is done; or one HTTP/2 stream of such a connection, which the
@@ -296,7 +268,7 @@ impl TlsConn {
                 .inbuf
                 .borrow_mut()
                 .take()
-                .unwrap_or_else(take_read_buffer);
+                .unwrap_or_else(take_record_buffer);
             let have = self.in_len.get();
             let got = sock.read(&mut inbuf[have..]).await;
             let n = match got {
@@ -340,7 +312,7 @@ impl TlsConn {
                 }
                 Err(e) => {
                     self.in_len.set(0);
-                    put_read_buffer(inbuf);
+                    put_record_buffer(inbuf);
                     self.flush(sock).await;
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
                 }
@@ -353,7 +325,7 @@ impl TlsConn {
         if self.in_len.get() > 0 {
             *self.inbuf.borrow_mut() = Some(inbuf);
         } else {
-            put_read_buffer(inbuf);
+            put_record_buffer(inbuf);
         }
     }
 

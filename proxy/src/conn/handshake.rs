@@ -9,8 +9,9 @@ use zgix_tls::hello::{self, Hello};
 use zgix_tls::server::{Listener as TlsSpec, MinVersion};
 use zgix_tls::{CertStore, Loaded, Session, Tickets, UnknownSni};
 
-use super::client::{put_read_buffer, take_read_buffer, TlsConn};
+use super::client::TlsConn;
 use crate::io::Sock;
+use crate::io::{put_record_buffer, take_record_buffer};
 
 /// A TLS listener's runtime: its rustls configuration and certificates.
 pub struct TlsListener {
@@ -174,7 +175,7 @@ pub async fn accept(
     sock.set_read_timeout(Some(tls.handshake_timeout));
     let deadline = sock.driver().now() + tls.handshake_timeout;
     // A pooled buffer: no 17 KiB allocation and zeroing per handshake.
-    let mut inbuf = take_read_buffer();
+    let mut inbuf = take_record_buffer();
     let mut len = early.len().min(inbuf.len());
     inbuf[..len].copy_from_slice(&early[..len]);
     let mut plain = Vec::new();
@@ -263,7 +264,7 @@ pub async fn accept(
         // with the client's Finished): kept for the first read.
         Some(inbuf)
     } else {
-        put_read_buffer(inbuf);
+        put_record_buffer(inbuf);
         None
     };
     Ok(Box::new(TlsConn {

@@ -48,6 +48,7 @@ mod deadline;
 pub mod epoll;
 mod notify;
 mod ops;
+mod record_buf;
 mod sock;
 mod timer;
 pub mod uring;
@@ -70,6 +71,7 @@ pub use addr::{bind_listener, local_addr, peer_addr};
 pub use buf::Buf;
 pub use notify::Notifier;
 pub use ops::Relayed;
+pub use record_buf::{put_record_buffer, take_record_buffer};
 pub use sock::{Listener, Pipe, Sock};
 pub use timer::Sleep;
 

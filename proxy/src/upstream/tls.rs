@@ -16,32 +16,7 @@ use std::time::Duration;
 use zgix_config::{Config, Target, UpstreamTls};
 use zgix_tls::{ClientConfig, ClientSession, Failure, ServerName};
 
-use crate::io::Sock;
-
-/// A record is at most 2^14 bytes of payload plus 256 of overhead (RFC 8446
-/// §5.2); a read buffer holds one whole and the head of the next.
-const READ_BUFFER: usize = (1 << 14) + 256 + 1024;
-/// Read buffers a shard keeps for upstream TLS connections between reads.
-const POOLED_READ_BUFFERS: usize = 64;
-
-thread_local! {
-    static READ_BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
-}
-
-fn take_read_buffer() -> Box<[u8]> {
-    READ_BUFFERS
-        .with(|p| p.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0u8; READ_BUFFER].into_boxed_slice())
-}
-
-fn put_read_buffer(b: Box<[u8]>) {
-    READ_BUFFERS.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.len() < POOLED_READ_BUFFERS {
-            p.push(b);
-        }
-    });
-}
+use crate::io::{put_record_buffer, take_record_buffer, Sock};
 
 /// Why a handshake with an origin failed: the `reason` label of
 /// `zgix_upstream_tls_failures_total`.
@@ -228,7 +203,7 @@ async fn run_handshake(
     sock: &Sock,
     mut session: ClientSession,
 ) -> Result<Box<TlsStream>, TlsReason> {
-    let mut inbuf = take_read_buffer();
+    let mut inbuf = take_record_buffer();
     let mut len = 0;
     let mut plain = Vec::new();
     let gone = |e: io::Error| {
@@ -276,7 +251,7 @@ async fn run_handshake(
     let keep = if len > 0 {
         Some(inbuf)
     } else {
-        put_read_buffer(inbuf);
+        put_record_buffer(inbuf);
         None
     };
     Ok(Box::new(TlsStream {
@@ -337,7 +312,7 @@ impl TlsStream {
                 .inbuf
                 .borrow_mut()
                 .take()
-                .unwrap_or_else(take_read_buffer);
+                .unwrap_or_else(take_record_buffer);
             let have = self.in_len.get();
             let n = match sock.read(&mut inbuf[have..]).await {
                 Ok(n) => n,
@@ -378,7 +353,7 @@ impl TlsStream {
                 }
                 Err(e) => {
                     self.in_len.set(0);
-                    put_read_buffer(inbuf);
+                    put_record_buffer(inbuf);
                     self.flush(sock).await;
                     return Err(invalid(e));
                 }
@@ -390,7 +365,7 @@ impl TlsStream {
         if self.in_len.get() > 0 {
             *self.inbuf.borrow_mut() = Some(inbuf);
         } else {
-            put_read_buffer(inbuf);
+            put_record_buffer(inbuf);
         }
     }
 
