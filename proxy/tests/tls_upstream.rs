@@ -335,6 +335,23 @@ fn a_wrong_ca_is_a_502_counted_as_a_tls_failure() {
 }
 
 #[test]
+fn tls_failure_counts_survive_a_reload() {
+    let pki = Pki::new("reloadfail");
+    let ng = Nginx::start(&pki);
+    let (status, _, z) = one_request(&ng, &tls_to(&pki, &pki.other_ca, "origin.test"));
+    assert_eq!(status, 502);
+    let key = "zgix_upstream_tls_failures_total{cluster=\"c\",reason=\"unknown_ca\"}";
+    z.signal("HUP");
+    let m = wait_for("the reload", || {
+        let m = metrics_text(&z);
+        (series(&m, "zgix_config_generation") >= 2.0).then_some(m)
+    });
+    assert_eq!(series(&m, key), 1.0, "the count went back at the reload: {m}");
+    assert_eq!(Client::connect(z.addr()).get("/").status, 502);
+    assert_eq!(series(&metrics_text(&z), key), 2.0);
+}
+
+#[test]
 fn a_wrong_server_name_is_a_502_counted_as_bad_name() {
     let pki = Pki::new("wrongname");
     let ng = Nginx::start(&pki);

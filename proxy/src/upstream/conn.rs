@@ -42,7 +42,7 @@ impl UpConn {
             return Ok(UpConn::Plain(sock));
         };
         let fail = |r: TlsReason| {
-            t.failed(r);
+            up.clusters[u.cluster].tls_failures.failed(r);
             crate::log_debug!(
                 "upstream",
                 "clusters.{}: TLS handshake with {} failed: {}",

@@ -77,9 +77,22 @@ pub struct ClusterTls {
     /// The settings it was made from: a pooled connection moves to the
     /// next generation's pool only if they are the same.
     pub spec: UpstreamTls,
-    /// Failed handshakes by [`TlsReason`] (since this configuration was
-    /// loaded: a reload starts them again).
-    pub failures: [AtomicU64; TlsReason::ALL.len()],
+}
+
+/// Failed handshakes with a cluster's origins by [`TlsReason`]: held by the
+/// cluster (`ClusterRt::tls_failures`) and carried over a reload by its
+/// name, so the counter never goes back.
+#[derive(Default)]
+pub struct TlsFailures([AtomicU64; TlsReason::ALL.len()]);
+
+impl TlsFailures {
+    pub fn failed(&self, r: TlsReason) {
+        self.0[r as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self, r: TlsReason) -> u64 {
+        self.0[r as usize].load(Relaxed)
+    }
 }
 
 impl ClusterTls {
@@ -106,7 +119,6 @@ impl ClusterTls {
             config,
             server_name,
             spec: t.clone(),
-            failures: Default::default(),
         })
     }
 
@@ -117,14 +129,6 @@ impl ClusterTls {
             (None, Target::Name { host, .. }) => zgix_tls::client::server_name(host).ok(),
             (None, Target::Ip(a)) => Some(ServerName::IpAddress(a.ip().into())),
         }
-    }
-
-    pub fn failed(&self, r: TlsReason) {
-        self.failures[r as usize].fetch_add(1, Relaxed);
-    }
-
-    pub fn failures(&self, r: TlsReason) -> u64 {
-        self.failures[r as usize].load(Relaxed)
     }
 }
 
