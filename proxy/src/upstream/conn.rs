@@ -10,10 +10,20 @@ use crate::observe::decision::UpstreamError;
 use crate::upstream::cluster::Upstreams;
 use crate::upstream::tls::{self, TlsReason, TlsStream};
 
-/// A connection to an origin.
+/// A connection to an origin. Dropping a TLS one sends `close_notify`
+/// first ([`TlsStream::close_now`]): the pool closing it idle, a reload or
+/// a drain, like every close zgix starts.
 pub enum UpConn {
     Plain(Sock),
     Tls(Sock, Box<TlsStream>),
+}
+
+impl Drop for UpConn {
+    fn drop(&mut self) {
+        if let UpConn::Tls(s, t) = self {
+            t.close_now(s);
+        }
+    }
 }
 
 impl UpConn {

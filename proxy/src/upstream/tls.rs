@@ -179,6 +179,9 @@ pub struct TlsStream {
     plain: RefCell<Vec<u8>>,
     plain_pos: Cell<usize>,
     peer_closed: Cell<bool>,
+    /// A write is under way (its future holds the socket's send side): a
+    /// `close_notify` sent now could land inside one of its records.
+    writing: Cell<bool>,
 }
 
 /// Runs the client handshake on `sock` for `name` within `timeout`.
@@ -265,6 +268,7 @@ async fn run_handshake(
         plain: RefCell::new(plain),
         plain_pos: Cell::new(0),
         peer_closed: Cell::new(false),
+        writing: Cell::new(false),
     }))
 }
 
@@ -380,8 +384,17 @@ impl TlsStream {
             s.write(buf).map_err(invalid)?;
             s.take_output()
         };
-        let r = sock.write_all(&out).await;
+        let r = self.send(sock, &out).await;
         self.session.borrow_mut().give_back(out);
+        r
+    }
+
+    /// Sends TLS bytes, marked as under way until done (see
+    /// [`TlsStream::close_now`]).
+    async fn send(&self, sock: &Sock, out: &[u8]) -> io::Result<()> {
+        self.writing.set(true);
+        let r = sock.write_all(out).await;
+        self.writing.set(false);
         r
     }
 
@@ -393,14 +406,43 @@ impl TlsStream {
             s.take_output()
         };
         if !out.is_empty() {
-            let _ = sock.write_all(&out).await;
+            let _ = self.send(sock, &out).await;
+        }
+    }
+
+    /// Sends `close_notify` without waiting, as zgix drops the connection
+    /// (the pool closing an idle one at its idle timeout, a reload or a
+    /// drain; an exchange given up). Skipped while a write is under way, or
+    /// once the session has sent one or failed. The record (24 bytes) goes
+    /// into the empty send buffer of a connection that is not writing; if
+    /// the kernel takes no byte, the FIN follows alone.
+    pub fn close_now(&self, sock: &Sock) {
+        if self.writing.get() {
+            return;
+        }
+        let out = {
+            let mut s = self.session.borrow_mut();
+            s.close();
+            s.take_output()
+        };
+        if !out.is_empty() {
+            // SAFETY: the socket's fd is open for as long as `sock` lives;
+            // `out` is valid for its length.
+            unsafe {
+                libc::send(
+                    sock.fd(),
+                    out.as_ptr().cast(),
+                    out.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
         }
     }
 
     async fn flush(&self, sock: &Sock) {
         let out = self.session.borrow_mut().take_output();
         if !out.is_empty() {
-            let _ = sock.write_all(&out).await;
+            let _ = self.send(sock, &out).await;
         }
     }
 
