@@ -346,7 +346,11 @@ fn tls_failure_counts_survive_a_reload() {
         let m = metrics_text(&z);
         (series(&m, "zgix_config_generation") >= 2.0).then_some(m)
     });
-    assert_eq!(series(&m, key), 1.0, "the count went back at the reload: {m}");
+    assert_eq!(
+        series(&m, key),
+        1.0,
+        "the count went back at the reload: {m}"
+    );
     assert_eq!(Client::connect(z.addr()).get("/").status, 502);
     assert_eq!(series(&metrics_text(&z), key), 2.0);
 }
@@ -404,13 +408,18 @@ fn an_idle_pooled_tls_connection_closed_by_the_pool_sends_close_notify() {
     let pki = Pki::new("closenotify");
     let (origin, ended) = one_connection_origin(&pki);
     let tls = tls_to(&pki, &pki.ca, "origin.test");
-    let json = config(&origin.to_string(), &tls, "")
-        .replacen("{", r#"{"limits": {"upstream_pool_idle_timeout_ms": 50}, "#, 1);
+    let json = config(&origin.to_string(), &tls, "").replacen(
+        "{",
+        r#"{"limits": {"upstream_pool_idle_timeout_ms": 50}, "#,
+        1,
+    );
     let z = Zgix::start_json(&json);
     let r = Client::connect(z.addr()).get("/");
     assert_eq!(r.status, 200);
     // The shard's sweep (every second) closes it past the idle timeout.
-    let end = ended.recv_timeout(WAIT).expect("the pool closed the connection");
+    let end = ended
+        .recv_timeout(WAIT)
+        .expect("the pool closed the connection");
     assert_eq!(end, Ok(()), "closed without close_notify");
 }
 

@@ -11,7 +11,7 @@ use crate::upstream::cluster::Upstreams;
 use crate::upstream::tls::{self, TlsReason, TlsStream};
 
 /// A connection to an origin. Dropping a TLS one sends `close_notify`
-/// first ([`TlsStream::close_now`]): the pool closing it idle, a reload or
+/// first ([`crate::io::RecordStream::close_now`]): the pool closing it idle, a reload or
 /// a drain, like every close zgix starts.
 pub enum UpConn {
     Plain(Sock),
@@ -94,7 +94,7 @@ impl UpConn {
     pub fn resumed(&self) -> bool {
         match self {
             UpConn::Plain(_) => false,
-            UpConn::Tls(_, t) => t.resumed(),
+            UpConn::Tls(_, t) => t.session().info().resumed,
         }
     }
 
