@@ -383,16 +383,21 @@ fn one_connection_origin(pki: &Pki) -> (SocketAddr, std::sync::mpsc::Receiver<Re
         tcp.set_read_timeout(Some(WAIT)).unwrap();
         let conn = rustls::ServerConnection::new(config).unwrap();
         let mut tls = rustls::StreamOwned::new(conn, tcp);
-        let mut req = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-            match tls.read(&mut buf) {
+        // The request head, line by line up to its blank line.
+        let mut lines = std::io::BufReader::new(&mut tls);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match std::io::BufRead::read_line(&mut lines, &mut line) {
                 Ok(0) | Err(_) => return,
-                Ok(n) => req.extend_from_slice(&buf[..n]),
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => {}
             }
         }
+        drop(lines);
         let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
         let _ = tls.flush();
+        let mut buf = [0u8; 64];
         let end = match tls.read(&mut buf) {
             Ok(0) => Ok(()),
             Ok(n) => Err(format!("{n} more bytes")),
