@@ -6,7 +6,10 @@
 #
 #   full handshakes   `openssl s_time -new` (TLS 1.3, a new session each time)
 #   resumed           `openssl s_time -reuse` (TLS 1.3 tickets)
-#   keep-alive HTTPS  wrk over https:// (64-byte bodies)
+#   keep-alive HTTPS  wrk over https:// (64-byte bodies; --body-bytes N)
+#   --rows            the three rows in turn, each its own run of the above with
+#                     fresh processes: ECDSA P-256 / 64 B, RSA-2048 / 64 B and
+#                     ECDSA P-256 / 16 KiB bodies; one table of the three.
 #   --idle N          instead of the above: RSS per idle TLS connection. For each
 #                     target, a fresh process; N TLS 1.3 connections opened by
 #                     scripts/lib/tls-idle-client.py (full handshakes, nothing
@@ -20,19 +23,21 @@
 # printed beside it. Medians of the rounds; ratios to the better peer. Every
 # server prefers TLS_AES_128_GCM_SHA256 (zgix's own order; set on the peers).
 #
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--idle N] [--base-port P] [--no-build]
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--body-bytes N] [--rows] [--idle N] [--base-port P] [--no-build]
 # (--no-build: use the release binaries under $CARGO_TARGET_DIR, else target/, as they are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0
+rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0 body=64 rows=0 args=()
 while [ "$#" -gt 0 ]; do
     case "$1" in
-        --rounds) rounds="$2"; shift 2 ;;
-        --duration) duration="$2"; shift 2 ;;
+        --body-bytes) body="$2"; shift 2 ;;
+        --rows) rows=1; shift ;;
+        --rounds) rounds="$2"; args+=("$1" "$2"); shift 2 ;;
+        --duration) duration="$2"; args+=("$1" "$2"); shift 2 ;;
         --rsa) rsa=1; shift ;;
         --idle) idle="$2"; shift 2 ;;
-        --base-port) base="$2"; shift 2 ;;
+        --base-port) base="$2"; args+=("$1" "$2"); shift 2 ;;
         --no-build) build=0; shift ;;
         *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
     esac
@@ -53,6 +58,25 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 [ "$build" = 0 ] || cargo build --release -q -p zgix -p zgix-bench
+if [ "$rows" = 1 ]; then
+    # Each row a run of its own (fresh processes); their tables, then the ratios.
+    row() { # LABEL ARGS...
+        local label="$1" out
+        shift
+        out="$("$0" --no-build "${args[@]}" "$@")"
+        printf '== %s\n%s\n' "$label" "$out" >&2
+        printf '%s\n' "$out" | awk -v l="$label" '
+            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s\n", l, $1, $2, $3, $4, $5}
+            /^zgix \/ better/ {r = r " " $NF}
+            END {printf "%-12s ratios to the better peer (full, resumed, request):%s\n", l, r}'
+    }
+    printf '%-12s %-9s %14s %14s %14s %14s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request"
+    row ecdsa-64B
+    row rsa2048-64B --rsa
+    row ecdsa-16KiB --body-bytes 16384
+    echo "(each row: its own run, fresh processes, medians of $rounds rounds; each run's own table is on stderr)"
+    exit 0
+fi
 target_dir="${CARGO_TARGET_DIR:-target}"
 zgix_bin="$target_dir/release/zgix" bench_bin="$target_dir/release/zgix-bench"
 proxy_cpu=0 client_cpu=1
@@ -76,7 +100,7 @@ fi
 cat "$tmp/cert.pem" "$tmp/key.pem" >"$tmp/combined.pem"
 
 taskset -c "$client_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" --cpus "$client_cpu" \
-    --body-bytes 64 >"$tmp/origin.log" 2>&1 &
+    --body-bytes "$body" >"$tmp/origin.log" 2>&1 &
 pids+=($!)
 wait_http "127.0.0.1:$origin_port" origin "$tmp/origin.log"
 
@@ -250,4 +274,4 @@ ratio() { # KIND
 }
 echo
 ratio full; ratio resumed; ratio ka
-echo "(server CPU per handshake or request; the client runs on CPU $client_cpu and may be the rate limit: full/s is the client's pace)"
+echo "(server CPU per handshake or request; $([ "$rsa" = 1 ] && echo RSA-2048 || echo ECDSA P-256), $body-byte bodies; the client runs on CPU $client_cpu and may be the rate limit: full/s is the client's pace)"

@@ -193,6 +193,8 @@ fn dashboard_matches_the_model_and_the_exported_metrics() {
         "zgix_connections_open",
         "zgix_access_log_dropped_total",
         "zgix_table_slots_in_use",
+        "zgix_tls_handshakes_total",
+        "zgix_upstream_tls_failures_total",
     ] {
         assert!(used.contains(family), "{family} is on no panel");
     }

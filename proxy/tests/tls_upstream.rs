@@ -1,4 +1,4 @@
-//! End-to-end TLS towards origins (`clusters.NAME.tls`) against a real TLS origin (nginx on loopback, certificates made by the test with rcgen): 200 through it, keep-alive reuse (the origin sees one connection for many requests), session resumption when the origin closes, a wrong CA or server name answered 502 and counted, `verify: false` warned, health probes over TLS, and `--check` reading the CA file.
+//! End-to-end TLS towards origins (`clusters.NAME.tls`) against a real TLS origin (nginx on loopback, certificates made by the test with rcgen): 200 through it, keep-alive reuse (the origin sees one connection for many requests), session resumption when the origin closes, a wrong CA or server name answered 502 and counted, `verify: false` warned, health probes over TLS, `--check` reading the CA file, `close_notify` when the pool closes an idle connection, and TLS failure counts kept across a reload.
 
 mod support;
 
@@ -332,6 +332,100 @@ fn a_wrong_ca_is_a_502_counted_as_a_tls_failure() {
         "{m}"
     );
     assert!(ng.requests(ng.keep.port()).is_empty(), "nothing was sent");
+}
+
+#[test]
+fn tls_failure_counts_survive_a_reload() {
+    let pki = Pki::new("reloadfail");
+    let ng = Nginx::start(&pki);
+    let (status, _, z) = one_request(&ng, &tls_to(&pki, &pki.other_ca, "origin.test"));
+    assert_eq!(status, 502);
+    let key = "zgix_upstream_tls_failures_total{cluster=\"c\",reason=\"unknown_ca\"}";
+    z.signal("HUP");
+    let m = wait_for("the reload", || {
+        let m = metrics_text(&z);
+        (series(&m, "zgix_config_generation") >= 2.0).then_some(m)
+    });
+    assert_eq!(
+        series(&m, key),
+        1.0,
+        "the count went back at the reload: {m}"
+    );
+    assert_eq!(Client::connect(z.addr()).get("/").status, 502);
+    assert_eq!(series(&metrics_text(&z), key), 2.0);
+}
+
+/// A one-connection TLS origin (rustls, the Pki's certificate): answers
+/// one request kept alive, then reports how the connection ended: `Ok(())`
+/// on `close_notify`, the error on a FIN without it.
+fn one_connection_origin(pki: &Pki) -> (SocketAddr, std::sync::mpsc::Receiver<Result<(), String>>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{Read, Write};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.cert)
+        .unwrap()
+        .map(|c| c.unwrap())
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&pki.key).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let config = std::sync::Arc::new(config);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (tcp, _) = l.accept().unwrap();
+        tcp.set_read_timeout(Some(WAIT)).unwrap();
+        let conn = rustls::ServerConnection::new(config).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        // The request head, line by line up to its blank line.
+        let mut lines = std::io::BufReader::new(&mut tls);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match std::io::BufRead::read_line(&mut lines, &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => {}
+            }
+        }
+        drop(lines);
+        let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+        let _ = tls.flush();
+        let mut buf = [0u8; 64];
+        let end = match tls.read(&mut buf) {
+            Ok(0) => Ok(()),
+            Ok(n) => Err(format!("{n} more bytes")),
+            Err(e) => Err(e.to_string()),
+        };
+        let _ = tx.send(end);
+    });
+    (addr, rx)
+}
+
+#[test]
+fn an_idle_pooled_tls_connection_closed_by_the_pool_sends_close_notify() {
+    let pki = Pki::new("closenotify");
+    let (origin, ended) = one_connection_origin(&pki);
+    let tls = tls_to(&pki, &pki.ca, "origin.test");
+    let json = config(&origin.to_string(), &tls, "").replacen(
+        "{",
+        r#"{"limits": {"upstream_pool_idle_timeout_ms": 50}, "#,
+        1,
+    );
+    let z = Zgix::start_json(&json);
+    let r = Client::connect(z.addr()).get("/");
+    assert_eq!(r.status, 200);
+    // The shard's sweep (every second) closes it past the idle timeout.
+    let end = ended
+        .recv_timeout(WAIT)
+        .expect("the pool closed the connection");
+    assert_eq!(end, Ok(()), "closed without close_notify");
 }
 
 #[test]

@@ -1,8 +1,11 @@
-//! Full TLS 1.3 handshakes in memory, zgix's server [`Session`] against rustls' client offering OpenSSL's suite order (AES-256-GCM-SHA384 first), for counting the server's instructions per handshake under callgrind:
+//! TLS 1.3 handshakes in memory, zgix's server [`Session`] against rustls' client offering OpenSSL's suite order (AES-256-GCM-SHA384 first), for counting the server's instructions per handshake under callgrind:
 //!
-//! `valgrind --tool=callgrind --toggle-collect='*Tls*read*' --toggle-collect='*Session*new*' target/release/examples/handshake_cost 200`
+//! `valgrind --tool=callgrind --toggle-collect='<rustls::server::server_conn::UnbufferedServerConnection as zgix_tls::session::Side>::process' target/release/examples/handshake_cost 100 [full|resumed]`
 //!
-//! Prints the suite each handshake settled on.
+//! `full` (the default): the client keeps no session, so every handshake
+//! signs; `resumed`: after a first full one, each offers the ticket of the
+//! one before (PSK with X25519, no signature). Prints the suite and how many
+//! handshakes resumed.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100);
+    let resume = std::env::args().nth(2).as_deref() == Some("resumed");
     let dir = std::env::temp_dir().join(format!("zgix-hs-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
@@ -43,14 +47,16 @@ fn main() {
         rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 2,
         _ => 3,
     });
-    let cc = Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
-    let mut suite = "";
+    let mut cc = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    if !resume {
+        cc.resumption = rustls::client::Resumption::disabled();
+    }
+    let cc = Arc::new(cc);
+    let (mut suite, mut resumed) = ("", 0);
     for _ in 0..n {
         let mut client =
             rustls::ClientConnection::new(cc.clone(), "bench.example".try_into().unwrap()).unwrap();
@@ -62,6 +68,7 @@ fn main() {
             }
             let p = s.read(&mut to_s, &mut |_| {}).unwrap();
             to_s.drain(..p.consumed);
+            // With the server's last flight: the ticket after its Finished.
             let out = s.take_output();
             let mut r = &out[..];
             while !r.is_empty() {
@@ -70,6 +77,7 @@ fn main() {
             }
         }
         suite = s.info().cipher;
+        resumed += usize::from(s.info().resumed);
     }
-    println!("{n} full handshakes, {suite}");
+    println!("{n} handshakes, {resumed} resumed, {suite}");
 }

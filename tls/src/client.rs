@@ -102,7 +102,10 @@ pub fn server_name(s: &str) -> Result<ServerName<'static>, String> {
 }
 
 /// A client-side TLS connection to an origin.
-pub type ClientSession = Tls<UnbufferedClientConnection>;
+pub type ClientSession = Tls<ClientSide>;
+
+/// The client side's rustls connection (the `S` of a client [`Tls`]).
+pub type ClientSide = UnbufferedClientConnection;
 
 impl ClientSession {
     /// A connection to `name`; its first [`Tls::read`] (on no input) queues

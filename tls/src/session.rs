@@ -131,8 +131,11 @@ pub const RECORD_OVERHEAD: usize = 29;
 /// The most plaintext per record (RFC 8446 §5.1).
 pub const MAX_PLAINTEXT: usize = 1 << 14;
 
+/// The server side's rustls connection (the `S` of a server [`Tls`]).
+pub type ServerSide = UnbufferedServerConnection;
+
 /// A server-side TLS connection.
-pub type Session = Tls<UnbufferedServerConnection>;
+pub type Session = Tls<ServerSide>;
 
 impl Session {
     pub fn new(config: Arc<ServerConfig>) -> Result<Session, Failure> {

@@ -1,13 +1,13 @@
-//! The client side of a connection: a plain socket, or TLS over it, behind the calls the exchange makes (read, readable, write_all, shutdown). TLS records are read into a buffer taken from a per-shard pool only while bytes are there, decrypted in place, and their payload copied once into the caller's buffer; replies are encrypted into one send buffer.
+//! The client side of a connection: a plain socket, or TLS over it (the stream of `io::record_stream`, shared with origin connections), behind the calls the exchange makes (read, readable, write_all, shutdown).
 
-use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use zgix_tls::{Info, Session};
+use zgix_tls::session::ServerSide;
+use zgix_tls::Info;
 
-use crate::io::{put_record_buffer, take_record_buffer, Sock};
+use crate::io::{RecordStream, Sock};
 
 /// A client connection's transport: the socket, and TLS over it once the
 /// handshake is done; or one HTTP/2 stream of such a connection, which the
@@ -26,17 +26,7 @@ enum Inner {
 
 /// TLS state of a client connection, after the handshake.
 pub struct TlsConn {
-    pub(super) session: RefCell<Session>,
-    /// Received TLS bytes not yet decrypted (a partial record), in a pooled
-    /// buffer held only while there are some.
-    pub(super) inbuf: RefCell<Option<Box<[u8]>>>,
-    pub(super) in_len: Cell<usize>,
-    /// Decrypted bytes that did not fit the caller's buffer.
-    pub(super) plain: RefCell<Vec<u8>>,
-    pub(super) plain_pos: Cell<usize>,
-    pub(super) peer_closed: Cell<bool>,
-    pub(super) rx: Cell<u64>,
-    pub(super) tx: Cell<u64>,
+    pub(super) stream: RecordStream<ServerSide>,
     pub(super) info: Info,
     pub(super) sni: Option<String>,
 }
@@ -116,7 +106,7 @@ impl ClientConn {
     pub fn bytes_read(&self) -> u64 {
         match &self.inner {
             Inner::Net { sock, tls: None } => sock.bytes_read(),
-            Inner::Net { tls: Some(t), .. } => t.rx.get(),
+            Inner::Net { tls: Some(t), .. } => t.stream.bytes_read(),
             Inner::H2(io) => io.rx.get(),
         }
     }
@@ -126,7 +116,7 @@ impl ClientConn {
     pub fn bytes_written(&self) -> u64 {
         match &self.inner {
             Inner::Net { sock, tls: None } => sock.bytes_written(),
-            Inner::Net { tls: Some(t), .. } => t.tx.get(),
+            Inner::Net { tls: Some(t), .. } => t.stream.bytes_written(),
             Inner::H2(io) => io.tx.get(),
         }
     }
@@ -157,7 +147,7 @@ impl ClientConn {
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match &self.inner {
             Inner::Net { sock, tls: None } => sock.read(buf).await,
-            Inner::Net { sock, tls: Some(t) } => t.read(sock, buf).await,
+            Inner::Net { sock, tls: Some(t) } => t.stream.read(sock, buf).await,
             Inner::H2(io) => io.read(buf).await,
         }
     }
@@ -169,7 +159,7 @@ impl ClientConn {
     pub async fn read_lean(&self, buf: &mut [u8]) -> io::Result<usize> {
         match &self.inner {
             Inner::Net { sock, tls: None } => sock.read(buf).await,
-            Inner::Net { sock, tls: Some(t) } => Box::pin(t.read(sock, buf)).await,
+            Inner::Net { sock, tls: Some(t) } => Box::pin(t.stream.read(sock, buf)).await,
             Inner::H2(io) => Box::pin(io.read(buf)).await,
         }
     }
@@ -178,10 +168,8 @@ impl ClientConn {
     pub async fn readable(&self) -> io::Result<()> {
         match &self.inner {
             Inner::Net { sock, tls } => {
-                if let Some(t) = tls {
-                    if t.has_plain() || t.peer_closed.get() {
-                        return Ok(());
-                    }
+                if tls.as_ref().is_some_and(|t| t.stream.ready()) {
+                    return Ok(());
                 }
                 sock.readable().await
             }
@@ -193,7 +181,7 @@ impl ClientConn {
     pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
         match &self.inner {
             Inner::Net { sock, tls: None } => sock.write_all(buf).await,
-            Inner::Net { sock, tls: Some(t) } => t.write_all(sock, buf).await,
+            Inner::Net { sock, tls: Some(t) } => t.stream.write_all(sock, buf).await,
             Inner::H2(io) => io.write_all(buf).await,
         }
     }
@@ -207,14 +195,7 @@ impl ClientConn {
             Inner::H2(io) => return io.finish(),
         };
         if let Some(t) = tls {
-            let out = {
-                let mut s = t.session.borrow_mut();
-                s.close();
-                s.take_output()
-            };
-            if !out.is_empty() {
-                let _ = sock.write_all(&out).await;
-            }
+            t.stream.close(sock).await;
         }
         sock.shutdown_write();
     }
@@ -224,130 +205,6 @@ impl ClientConn {
         match &self.inner {
             Inner::Net { sock, .. } => sock.driver().now(),
             Inner::H2(io) => io.driver.now(),
-        }
-    }
-}
-
-impl TlsConn {
-    fn has_plain(&self) -> bool {
-        self.plain_pos.get() < self.plain.borrow().len()
-    }
-
-    /// Copies buffered plaintext into `buf`.
-    fn take_plain(&self, buf: &mut [u8]) -> usize {
-        let mut p = self.plain.borrow_mut();
-        let pos = self.plain_pos.get();
-        let n = (p.len() - pos).min(buf.len());
-        buf[..n].copy_from_slice(&p[pos..pos + n]);
-        if pos + n == p.len() {
-            p.clear();
-            if p.capacity() > 4096 {
-                *p = Vec::new();
-            }
-            self.plain_pos.set(0);
-        } else {
-            self.plain_pos.set(pos + n);
-        }
-        n
-    }
-
-    async fn read(&self, sock: &Sock, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        loop {
-            if self.has_plain() {
-                let n = self.take_plain(buf);
-                self.rx.set(self.rx.get() + n as u64);
-                return Ok(n);
-            }
-            if self.peer_closed.get() {
-                return Ok(0);
-            }
-            let mut inbuf = self
-                .inbuf
-                .borrow_mut()
-                .take()
-                .unwrap_or_else(take_record_buffer);
-            let have = self.in_len.get();
-            let got = sock.read(&mut inbuf[have..]).await;
-            let n = match got {
-                Ok(n) => n,
-                Err(e) => {
-                    self.stash(inbuf);
-                    return Err(e);
-                }
-            };
-            if n == 0 {
-                // A FIN without close_notify: a truncation the HTTP framing
-                // above notices; there is nothing more to read either way.
-                self.stash(inbuf);
-                self.peer_closed.set(true);
-                continue;
-            }
-            let len = have + n;
-            let mut copied = 0;
-            let result = {
-                let mut plain = self.plain.borrow_mut();
-                self.session.borrow_mut().read(&mut inbuf[..len], &mut |d| {
-                    let room = buf.len() - copied;
-                    let k = room.min(d.len());
-                    buf[copied..copied + k].copy_from_slice(&d[..k]);
-                    copied += k;
-                    plain.extend_from_slice(&d[k..]);
-                })
-            };
-            match result {
-                Ok(p) => {
-                    inbuf.copy_within(p.consumed..len, 0);
-                    self.in_len.set(len - p.consumed);
-                    if p.peer_closed {
-                        self.peer_closed.set(true);
-                    }
-                    self.stash(inbuf);
-                    if copied > 0 {
-                        self.rx.set(self.rx.get() + copied as u64);
-                        return Ok(copied);
-                    }
-                }
-                Err(e) => {
-                    self.in_len.set(0);
-                    put_record_buffer(inbuf);
-                    self.flush(sock).await;
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
-                }
-            }
-        }
-    }
-
-    /// Keeps `inbuf` while it holds a partial record; pools it otherwise.
-    fn stash(&self, inbuf: Box<[u8]>) {
-        if self.in_len.get() > 0 {
-            *self.inbuf.borrow_mut() = Some(inbuf);
-        } else {
-            put_record_buffer(inbuf);
-        }
-    }
-
-    async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
-        let out = {
-            let mut s = self.session.borrow_mut();
-            s.write(buf)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            s.take_output()
-        };
-        let r = sock.write_all(&out).await;
-        self.session.borrow_mut().give_back(out);
-        r?;
-        self.tx.set(self.tx.get() + buf.len() as u64);
-        Ok(())
-    }
-
-    /// Sends what the session queued (an alert after a failure).
-    async fn flush(&self, sock: &Sock) {
-        let out = self.session.borrow_mut().take_output();
-        if !out.is_empty() {
-            let _ = sock.write_all(&out).await;
         }
     }
 }

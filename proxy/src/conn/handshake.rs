@@ -1,6 +1,5 @@
 //! The TLS handshake of a client connection, before any HTTP: a first look at the ClientHello (plaintext HTTP answered 400 in cleartext, an unknown SNI refused with `unrecognized_name` when the listener says so, garbage closed with `decode_error`), then rustls to the end of the handshake within `handshake_timeout_ms`, each outcome classed for `zgix_tls_handshakes_total`.
 
-use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +9,8 @@ use zgix_tls::server::{Listener as TlsSpec, MinVersion};
 use zgix_tls::{CertStore, Loaded, Session, Tickets, UnknownSni};
 
 use super::client::TlsConn;
+use crate::io::take_record_buffer;
 use crate::io::Sock;
-use crate::io::{put_record_buffer, take_record_buffer};
 
 /// A TLS listener's runtime: its rustls configuration and certificates.
 pub struct TlsListener {
@@ -259,23 +258,10 @@ pub async fn accept(
     }
     sock.set_read_timeout(restore_timeout);
     let info = session.info();
-    let keep = if len > 0 {
-        // A record after the handshake's last one (the request, sent
-        // with the client's Finished): kept for the first read.
-        Some(inbuf)
-    } else {
-        put_record_buffer(inbuf);
-        None
-    };
+    // Bytes after the handshake's last record (the request, sent with the
+    // client's Finished) stay for the first read.
     Ok(Box::new(TlsConn {
-        session: RefCell::new(session),
-        inbuf: RefCell::new(keep),
-        in_len: Cell::new(len),
-        plain: RefCell::new(plain),
-        plain_pos: Cell::new(0),
-        peer_closed: Cell::new(false),
-        rx: Cell::new(0),
-        tx: Cell::new(0),
+        stream: crate::io::RecordStream::new(session, inbuf, len, plain),
         info,
         sni,
     }))

@@ -49,6 +49,7 @@ pub mod epoll;
 mod notify;
 mod ops;
 mod record_buf;
+mod record_stream;
 mod sock;
 mod timer;
 pub mod uring;
@@ -72,6 +73,7 @@ pub use buf::Buf;
 pub use notify::Notifier;
 pub use ops::Relayed;
 pub use record_buf::{put_record_buffer, take_record_buffer};
+pub use record_stream::RecordStream;
 pub use sock::{Listener, Pipe, Sock};
 pub use timer::Sleep;
 

@@ -9,7 +9,7 @@ use zgix_config::{Active, Config, Lb, Target};
 use crate::upstream::health::{ClusterHealth, EndpointHealth};
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::upstream::resolve::AtomicAddr;
-use crate::upstream::tls::ClusterTls;
+use crate::upstream::tls::{ClusterTls, TlsFailures};
 
 /// Fixed keys hashing an endpoint's label into its rendezvous identity; the
 /// secret part of `source_ip` hashing is [`Upstreams::hrw`], not this.
@@ -36,6 +36,9 @@ pub struct ClusterRt {
     /// `clusters.NAME.tls`, read by `tls::load_all` and attached with
     /// [`Upstreams::attach_tls`] before the first connection; unset: plain TCP.
     pub tls: OnceLock<Arc<ClusterTls>>,
+    /// `zgix_upstream_tls_failures_total` of the cluster (rendered while
+    /// `tls` is set), continued across reloads by the cluster's name.
+    pub tls_failures: Arc<TlsFailures>,
 }
 
 /// One endpoint slot: fixed at load for the life of the process, whether its
@@ -111,6 +114,7 @@ impl Upstreams {
                 health: ClusterHealth::default(),
                 resolve_ms: c.resolve_ms,
                 tls: OnceLock::new(),
+                tls_failures: Arc::default(),
             });
         }
         let endpoints = upstreams

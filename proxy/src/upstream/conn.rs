@@ -10,10 +10,20 @@ use crate::observe::decision::UpstreamError;
 use crate::upstream::cluster::Upstreams;
 use crate::upstream::tls::{self, TlsReason, TlsStream};
 
-/// A connection to an origin.
+/// A connection to an origin. Dropping a TLS one sends `close_notify`
+/// first ([`crate::io::RecordStream::close_now`]): the pool closing it idle, a reload or
+/// a drain, like every close zgix starts.
 pub enum UpConn {
     Plain(Sock),
     Tls(Sock, Box<TlsStream>),
+}
+
+impl Drop for UpConn {
+    fn drop(&mut self) {
+        if let UpConn::Tls(s, t) = self {
+            t.close_now(s);
+        }
+    }
 }
 
 impl UpConn {
@@ -42,7 +52,7 @@ impl UpConn {
             return Ok(UpConn::Plain(sock));
         };
         let fail = |r: TlsReason| {
-            t.failed(r);
+            up.clusters[u.cluster].tls_failures.failed(r);
             crate::log_debug!(
                 "upstream",
                 "clusters.{}: TLS handshake with {} failed: {}",
@@ -84,7 +94,7 @@ impl UpConn {
     pub fn resumed(&self) -> bool {
         match self {
             UpConn::Plain(_) => false,
-            UpConn::Tls(_, t) => t.resumed(),
+            UpConn::Tls(_, t) => t.session().info().resumed,
         }
     }
 

@@ -1,4 +1,4 @@
-//! What a reload carries from the previous runtime's upstreams into the new one, by cluster and endpoint name: every counter (so none goes back) and the operator's endpoint state.
+//! What a reload carries from the previous runtime's upstreams into the new one, by cluster and endpoint name: every counter (so none goes back, the TLS failure counts included) and the operator's endpoint state.
 
 use std::sync::Arc;
 
@@ -11,7 +11,8 @@ pub fn carry_over(next: &mut Upstreams, prev: &Upstreams) {
 }
 
 /// Makes `next`'s counters continue `prev`'s (a reload): the retry counts,
-/// each cluster's panic picks by cluster name and each endpoint's counters
+/// each cluster's panic picks and TLS failures by cluster name and each
+/// endpoint's counters
 /// by cluster name and endpoint label. Series new in `next` start at 0.
 fn counters(next: &mut Upstreams, prev: &Upstreams) {
     let ep_of = |up: &Upstreams, ep: usize| {
@@ -21,6 +22,11 @@ fn counters(next: &mut Upstreams, prev: &Upstreams) {
     let prev_eps: Vec<(String, String)> = (0..prev.upstreams.len())
         .map(|ep| ep_of(prev, ep))
         .collect();
+    for c in next.clusters.iter_mut() {
+        if let Some(o) = prev.clusters.iter().find(|o| o.name == c.name) {
+            c.tls_failures = o.tls_failures.clone();
+        }
+    }
     let next_eps: Vec<(String, String)> = (0..next.upstreams.len())
         .map(|ep| ep_of(next, ep))
         .collect();
@@ -67,6 +73,9 @@ mod tests {
         s.retry(RetryReason::Reset);
         drop(s.begin(1));
         s.panic_picks[0].inc();
+        old.clusters[0]
+            .tls_failures
+            .failed(crate::upstream::tls::TlsReason::UnknownCa);
         let mut new = build(r#"["127.0.0.1:2", "127.0.0.1:3"]"#);
         counters(&mut new, &old);
         let n = &new.upstream_stats.shards[0];
@@ -74,5 +83,8 @@ mod tests {
         assert_eq!(n.endpoints[0].requests.get(), 1, "127.0.0.1:2 by label");
         assert_eq!(n.endpoints[1].requests.get(), 0);
         assert_eq!(n.panic_picks[0].get(), 1);
+        let tls = &new.clusters[0].tls_failures;
+        assert_eq!(tls.get(crate::upstream::tls::TlsReason::UnknownCa), 1);
+        assert_eq!(tls.get(crate::upstream::tls::TlsReason::BadName), 0);
     }
 }

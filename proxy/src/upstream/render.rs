@@ -107,25 +107,27 @@ pub fn render(up: &Upstreams) -> String {
 }
 
 /// `zgix_upstream_tls_failures_total{cluster,reason}`: failed handshakes
-/// with the origins of each TLS cluster (counted since its TLS settings
-/// were loaded).
+/// with the origins of each TLS cluster (continued across reloads by the
+/// cluster's name).
 fn tls_failures(o: &mut String, up: &Upstreams) {
     use crate::upstream::tls::TlsReason;
     family(
         o,
         "zgix_upstream_tls_failures_total",
         "counter",
-        "Failed TLS handshakes with the origins of a cluster, by reason (since the cluster's TLS settings were last loaded).",
+        "Failed TLS handshakes with the origins of a cluster, by reason (continued across reloads).",
     );
     for c in &up.clusters {
-        let Some(t) = c.tls.get() else { continue };
+        if c.tls.get().is_none() {
+            continue;
+        }
         for r in TlsReason::ALL {
             let _ = writeln!(
                 o,
                 "zgix_upstream_tls_failures_total{{cluster=\"{}\",reason=\"{}\"}} {}",
                 c.name,
                 r.label(),
-                t.failures(r)
+                c.tls_failures.get(r)
             );
         }
     }

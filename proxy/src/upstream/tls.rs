@@ -1,13 +1,8 @@
 //! TLS to origins (`clusters.NAME.tls`): each cluster's client configuration read and checked at load, the client handshake on a connected socket (within the connect timeout, each failure classed for `zgix_upstream_tls_failures_total`), and the encrypted stream over the socket that the exchange reads and writes like a plain one.
 //!
-//! The stream is the client-side twin of `conn::client::TlsConn`: received
-//! records go into a per-shard pooled buffer held only while a partial record
-//! waits, are decrypted in place, and their payload is copied once into the
-//! caller's buffer; writes are encrypted into one send buffer. No borrow of
-//! the session is held across an await, so the request body can stream up
-//! while the response streams down on the same connection.
+//! The stream after the handshake is `io::record_stream`'s, the same as a
+//! client connection's.
 
-use std::cell::{Cell, RefCell};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -16,7 +11,7 @@ use std::time::Duration;
 use zgix_config::{Config, Target, UpstreamTls};
 use zgix_tls::{ClientConfig, ClientSession, Failure, ServerName};
 
-use crate::io::{put_record_buffer, take_record_buffer, Sock};
+use crate::io::{take_record_buffer, RecordStream, Sock};
 
 /// Why a handshake with an origin failed: the `reason` label of
 /// `zgix_upstream_tls_failures_total`.
@@ -77,9 +72,22 @@ pub struct ClusterTls {
     /// The settings it was made from: a pooled connection moves to the
     /// next generation's pool only if they are the same.
     pub spec: UpstreamTls,
-    /// Failed handshakes by [`TlsReason`] (since this configuration was
-    /// loaded: a reload starts them again).
-    pub failures: [AtomicU64; TlsReason::ALL.len()],
+}
+
+/// Failed handshakes with a cluster's origins by [`TlsReason`]: held by the
+/// cluster (`ClusterRt::tls_failures`) and carried over a reload by its
+/// name, so the counter never goes back.
+#[derive(Default)]
+pub struct TlsFailures([AtomicU64; TlsReason::ALL.len()]);
+
+impl TlsFailures {
+    pub fn failed(&self, r: TlsReason) {
+        self.0[r as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self, r: TlsReason) -> u64 {
+        self.0[r as usize].load(Relaxed)
+    }
 }
 
 impl ClusterTls {
@@ -106,7 +114,6 @@ impl ClusterTls {
             config,
             server_name,
             spec: t.clone(),
-            failures: Default::default(),
         })
     }
 
@@ -117,14 +124,6 @@ impl ClusterTls {
             (None, Target::Name { host, .. }) => zgix_tls::client::server_name(host).ok(),
             (None, Target::Ip(a)) => Some(ServerName::IpAddress(a.ip().into())),
         }
-    }
-
-    pub fn failed(&self, r: TlsReason) {
-        self.failures[r as usize].fetch_add(1, Relaxed);
-    }
-
-    pub fn failures(&self, r: TlsReason) -> u64 {
-        self.failures[r as usize].load(Relaxed)
     }
 }
 
@@ -165,17 +164,7 @@ pub fn load_all(config: &Config) -> Result<LoadedClusters, Vec<String>> {
 }
 
 /// TLS over an upstream socket, after the handshake.
-pub struct TlsStream {
-    session: RefCell<ClientSession>,
-    /// Received TLS bytes not yet decrypted (a partial record), in a pooled
-    /// buffer held only while there are some.
-    inbuf: RefCell<Option<Box<[u8]>>>,
-    in_len: Cell<usize>,
-    /// Decrypted bytes that did not fit the caller's buffer.
-    plain: RefCell<Vec<u8>>,
-    plain_pos: Cell<usize>,
-    peer_closed: Cell<bool>,
-}
+pub type TlsStream = RecordStream<zgix_tls::client::ClientSide>;
 
 /// Runs the client handshake on `sock` for `name` within `timeout`.
 pub async fn handshake(
@@ -248,160 +237,5 @@ async fn run_handshake(
             Err(e) => return Err(gone(e)),
         }
     }
-    let keep = if len > 0 {
-        Some(inbuf)
-    } else {
-        put_record_buffer(inbuf);
-        None
-    };
-    Ok(Box::new(TlsStream {
-        session: RefCell::new(session),
-        inbuf: RefCell::new(keep),
-        in_len: Cell::new(len),
-        plain: RefCell::new(plain),
-        plain_pos: Cell::new(0),
-        peer_closed: Cell::new(false),
-    }))
-}
-
-fn invalid(e: Failure) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
-}
-
-impl TlsStream {
-    /// Bytes received and not yet handed out (decrypted or not): a pooled
-    /// connection holding some is not reused.
-    pub fn holds_input(&self) -> bool {
-        self.has_plain() || self.in_len.get() > 0 || self.peer_closed.get()
-    }
-
-    fn has_plain(&self) -> bool {
-        self.plain_pos.get() < self.plain.borrow().len()
-    }
-
-    fn take_plain(&self, buf: &mut [u8]) -> usize {
-        let mut p = self.plain.borrow_mut();
-        let pos = self.plain_pos.get();
-        let n = (p.len() - pos).min(buf.len());
-        buf[..n].copy_from_slice(&p[pos..pos + n]);
-        if pos + n == p.len() {
-            p.clear();
-            if p.capacity() > 4096 {
-                *p = Vec::new();
-            }
-            self.plain_pos.set(0);
-        } else {
-            self.plain_pos.set(pos + n);
-        }
-        n
-    }
-
-    /// Reads decrypted bytes (0 at `close_notify` or the origin's FIN).
-    pub async fn read(&self, sock: &Sock, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        loop {
-            if self.has_plain() {
-                return Ok(self.take_plain(buf));
-            }
-            if self.peer_closed.get() {
-                return Ok(0);
-            }
-            let mut inbuf = self
-                .inbuf
-                .borrow_mut()
-                .take()
-                .unwrap_or_else(take_record_buffer);
-            let have = self.in_len.get();
-            let n = match sock.read(&mut inbuf[have..]).await {
-                Ok(n) => n,
-                Err(e) => {
-                    self.stash(inbuf);
-                    return Err(e);
-                }
-            };
-            if n == 0 {
-                // A FIN without close_notify: the HTTP framing above sees
-                // whether the answer was cut.
-                self.stash(inbuf);
-                self.peer_closed.set(true);
-                continue;
-            }
-            let len = have + n;
-            let mut copied = 0;
-            let result = {
-                let mut plain = self.plain.borrow_mut();
-                self.session.borrow_mut().read(&mut inbuf[..len], &mut |d| {
-                    let k = (buf.len() - copied).min(d.len());
-                    buf[copied..copied + k].copy_from_slice(&d[..k]);
-                    copied += k;
-                    plain.extend_from_slice(&d[k..]);
-                })
-            };
-            match result {
-                Ok(p) => {
-                    inbuf.copy_within(p.consumed..len, 0);
-                    self.in_len.set(len - p.consumed);
-                    if p.peer_closed {
-                        self.peer_closed.set(true);
-                    }
-                    self.stash(inbuf);
-                    if copied > 0 {
-                        return Ok(copied);
-                    }
-                }
-                Err(e) => {
-                    self.in_len.set(0);
-                    put_record_buffer(inbuf);
-                    self.flush(sock).await;
-                    return Err(invalid(e));
-                }
-            }
-        }
-    }
-
-    fn stash(&self, inbuf: Box<[u8]>) {
-        if self.in_len.get() > 0 {
-            *self.inbuf.borrow_mut() = Some(inbuf);
-        } else {
-            put_record_buffer(inbuf);
-        }
-    }
-
-    /// Encrypts and sends all of `buf`.
-    pub async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
-        let out = {
-            let mut s = self.session.borrow_mut();
-            s.write(buf).map_err(invalid)?;
-            s.take_output()
-        };
-        let r = sock.write_all(&out).await;
-        self.session.borrow_mut().give_back(out);
-        r
-    }
-
-    /// Sends `close_notify` (RFC 8446 §6.1).
-    pub async fn close(&self, sock: &Sock) {
-        let out = {
-            let mut s = self.session.borrow_mut();
-            s.close();
-            s.take_output()
-        };
-        if !out.is_empty() {
-            let _ = sock.write_all(&out).await;
-        }
-    }
-
-    async fn flush(&self, sock: &Sock) {
-        let out = self.session.borrow_mut().take_output();
-        if !out.is_empty() {
-            let _ = sock.write_all(&out).await;
-        }
-    }
-
-    /// Whether the session was resumed from an earlier one to the origin.
-    pub fn resumed(&self) -> bool {
-        self.session.borrow().info().resumed
-    }
+    Ok(Box::new(RecordStream::new(session, inbuf, len, plain)))
 }

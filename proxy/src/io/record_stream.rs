@@ -1,0 +1,250 @@
+//! A TLS session over a socket after its handshake, for either side (a client connection, `conn::client`; an origin connection, `upstream::tls`): received records go into a per-shard pooled buffer held only while a partial record waits, are decrypted in place, and their payload is copied once into the caller's buffer; writes are encrypted into one send buffer. No borrow of the session is held across an await, so one direction can stream while the other waits.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+
+use zgix_tls::session::{Side, Tls};
+
+use crate::io::{put_record_buffer, take_record_buffer, Sock};
+
+/// The encrypted stream of one connection, side `S`.
+pub struct RecordStream<S> {
+    session: RefCell<Tls<S>>,
+    /// Received TLS bytes not yet decrypted (a partial record), in a pooled
+    /// buffer held only while there are some.
+    inbuf: RefCell<Option<Box<[u8]>>>,
+    in_len: Cell<usize>,
+    /// Decrypted bytes that did not fit the caller's buffer.
+    plain: RefCell<Vec<u8>>,
+    plain_pos: Cell<usize>,
+    peer_closed: Cell<bool>,
+    /// A write is under way (its future holds the socket's send side): a
+    /// `close_notify` sent now could land inside one of its records.
+    writing: Cell<bool>,
+    /// Application bytes received and sent (before encryption).
+    rx: Cell<u64>,
+    tx: Cell<u64>,
+}
+
+fn invalid(e: zgix_tls::Failure) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+impl<S: Side> RecordStream<S> {
+    /// The stream after a handshake that left `len` bytes of the next
+    /// records in `inbuf` and decrypted `plain` already.
+    pub fn new(session: Tls<S>, inbuf: Box<[u8]>, len: usize, plain: Vec<u8>) -> Self {
+        let keep = if len > 0 {
+            Some(inbuf)
+        } else {
+            put_record_buffer(inbuf);
+            None
+        };
+        RecordStream {
+            session: RefCell::new(session),
+            inbuf: RefCell::new(keep),
+            in_len: Cell::new(len),
+            plain: RefCell::new(plain),
+            plain_pos: Cell::new(0),
+            peer_closed: Cell::new(false),
+            writing: Cell::new(false),
+            rx: Cell::new(0),
+            tx: Cell::new(0),
+        }
+    }
+
+    /// The session, for what the handshake settled.
+    pub fn session(&self) -> std::cell::Ref<'_, Tls<S>> {
+        self.session.borrow()
+    }
+
+    /// Decrypted bytes wait, or the peer has closed: a read completes at once.
+    pub fn ready(&self) -> bool {
+        self.has_plain() || self.peer_closed.get()
+    }
+
+    /// Bytes received and not yet handed out (decrypted or not).
+    pub fn holds_input(&self) -> bool {
+        self.ready() || self.in_len.get() > 0
+    }
+
+    pub fn bytes_read(&self) -> u64 {
+        self.rx.get()
+    }
+
+    pub fn bytes_written(&self) -> u64 {
+        self.tx.get()
+    }
+
+    fn has_plain(&self) -> bool {
+        self.plain_pos.get() < self.plain.borrow().len()
+    }
+
+    /// Copies buffered plaintext into `buf`.
+    fn take_plain(&self, buf: &mut [u8]) -> usize {
+        let mut p = self.plain.borrow_mut();
+        let pos = self.plain_pos.get();
+        let n = (p.len() - pos).min(buf.len());
+        buf[..n].copy_from_slice(&p[pos..pos + n]);
+        if pos + n == p.len() {
+            p.clear();
+            if p.capacity() > 4096 {
+                *p = Vec::new();
+            }
+            self.plain_pos.set(0);
+        } else {
+            self.plain_pos.set(pos + n);
+        }
+        n
+    }
+
+    /// Reads decrypted bytes, waiting (up to the socket's read timeout) for
+    /// at least one; 0 at `close_notify` or the peer's FIN.
+    pub async fn read(&self, sock: &Sock, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.has_plain() {
+                let n = self.take_plain(buf);
+                self.rx.set(self.rx.get() + n as u64);
+                return Ok(n);
+            }
+            if self.peer_closed.get() {
+                return Ok(0);
+            }
+            let mut inbuf = self
+                .inbuf
+                .borrow_mut()
+                .take()
+                .unwrap_or_else(take_record_buffer);
+            let have = self.in_len.get();
+            let n = match sock.read(&mut inbuf[have..]).await {
+                Ok(n) => n,
+                Err(e) => {
+                    self.stash(inbuf);
+                    return Err(e);
+                }
+            };
+            if n == 0 {
+                // A FIN without close_notify: a truncation the HTTP framing
+                // above notices; there is nothing more to read either way.
+                self.stash(inbuf);
+                self.peer_closed.set(true);
+                continue;
+            }
+            let len = have + n;
+            let mut copied = 0;
+            let result = {
+                let mut plain = self.plain.borrow_mut();
+                self.session.borrow_mut().read(&mut inbuf[..len], &mut |d| {
+                    let k = (buf.len() - copied).min(d.len());
+                    buf[copied..copied + k].copy_from_slice(&d[..k]);
+                    copied += k;
+                    plain.extend_from_slice(&d[k..]);
+                })
+            };
+            match result {
+                Ok(p) => {
+                    inbuf.copy_within(p.consumed..len, 0);
+                    self.in_len.set(len - p.consumed);
+                    if p.peer_closed {
+                        self.peer_closed.set(true);
+                    }
+                    self.stash(inbuf);
+                    if copied > 0 {
+                        self.rx.set(self.rx.get() + copied as u64);
+                        return Ok(copied);
+                    }
+                }
+                Err(e) => {
+                    self.in_len.set(0);
+                    put_record_buffer(inbuf);
+                    self.flush(sock).await;
+                    return Err(invalid(e));
+                }
+            }
+        }
+    }
+
+    /// Keeps `inbuf` while it holds a partial record; pools it otherwise.
+    fn stash(&self, inbuf: Box<[u8]>) {
+        if self.in_len.get() > 0 {
+            *self.inbuf.borrow_mut() = Some(inbuf);
+        } else {
+            put_record_buffer(inbuf);
+        }
+    }
+
+    /// Encrypts and sends all of `buf`.
+    pub async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
+        let out = {
+            let mut s = self.session.borrow_mut();
+            s.write(buf).map_err(invalid)?;
+            s.take_output()
+        };
+        let r = self.send(sock, &out).await;
+        self.session.borrow_mut().give_back(out);
+        r?;
+        self.tx.set(self.tx.get() + buf.len() as u64);
+        Ok(())
+    }
+
+    /// Sends TLS bytes, marked as under way until done (see
+    /// [`RecordStream::close_now`]).
+    async fn send(&self, sock: &Sock, out: &[u8]) -> io::Result<()> {
+        self.writing.set(true);
+        let r = sock.write_all(out).await;
+        self.writing.set(false);
+        r
+    }
+
+    /// Sends `close_notify` (RFC 8446 §6.1: each party sends one before
+    /// closing its write side).
+    pub async fn close(&self, sock: &Sock) {
+        let out = {
+            let mut s = self.session.borrow_mut();
+            s.close();
+            s.take_output()
+        };
+        if !out.is_empty() {
+            let _ = self.send(sock, &out).await;
+        }
+    }
+
+    /// Sends `close_notify` without waiting, as zgix drops the connection.
+    /// Skipped while a write is under way, or once the session has sent one
+    /// or failed. The record (24 bytes) goes into the empty send buffer of a
+    /// connection that is not writing; if the kernel takes no byte, the FIN
+    /// follows alone.
+    pub fn close_now(&self, sock: &Sock) {
+        if self.writing.get() {
+            return;
+        }
+        let out = {
+            let mut s = self.session.borrow_mut();
+            s.close();
+            s.take_output()
+        };
+        if !out.is_empty() {
+            // SAFETY: the socket's fd is open for as long as `sock` lives;
+            // `out` is valid for its length.
+            unsafe {
+                libc::send(
+                    sock.fd(),
+                    out.as_ptr().cast(),
+                    out.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+        }
+    }
+
+    /// Sends what the session queued (an alert after a failure).
+    async fn flush(&self, sock: &Sock) {
+        let out = self.session.borrow_mut().take_output();
+        if !out.is_empty() {
+            let _ = self.send(sock, &out).await;
+        }
+    }
+}
