@@ -52,6 +52,7 @@ mod record_buf;
 mod sock;
 mod timer;
 pub mod uring;
+mod watch;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -185,6 +186,9 @@ pub struct DriverStats {
     /// Deadline entries the expiry looked at (each due or stale entry once:
     /// the work of timing sockets out, O(expired), never a scan of them all).
     pub deadline_visits: Cell<u64>,
+    /// Listeners the accept watchdog found stalled (waiting, not paused,
+    /// connections in the backlog, none taken for a second) and restarted.
+    pub accept_stalls: Cell<u64>,
 }
 
 /// What a slot is for.
@@ -310,6 +314,8 @@ struct State {
     timers: timer::Timers,
     /// Every socket wait's deadline (stale entries are skipped).
     deadlines: deadline::Deadlines<DeadlineKey>,
+    /// The listeners the accept watchdog looks at ([`watch`]).
+    listeners: Vec<watch::Watched>,
 }
 
 impl State {
@@ -393,6 +399,7 @@ impl Driver {
                 free: Vec::with_capacity(1024),
                 timers: timer::Timers::default(),
                 deadlines: deadline::Deadlines::default(),
+                listeners: Vec::new(),
             }),
             stopped: Cell::new(false),
             spin: opts.spin,

@@ -27,6 +27,7 @@ pub struct EngineCounters {
     pub tunnel_bytes_down: Counter,
     /// Copied from the driver's own stats by the shard tick.
     pub driver_enters: AtomicU64,
+    pub accept_stalls: AtomicU64,
     pub recv_rearm_nobufs: AtomicU64,
     pub recv_paused: AtomicU64,
     pub cq_overflows: AtomicU64,
@@ -99,6 +100,12 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_accept_pauses_total",
         "Times a shard stopped accepting at its share of limits.max_connections.",
         sum(&|s| s.accept_pauses.get()),
+    );
+    counter(
+        o,
+        "zgix_accept_stalls_total",
+        "Listeners found waiting with connections in the backlog and none taken for a second, and restarted (0 unless an accept was lost).",
+        sum(&|s| s.accept_stalls.load(Ordering::Relaxed)),
     );
     let _ = writeln!(
         o,
