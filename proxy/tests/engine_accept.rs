@@ -20,7 +20,11 @@ const ROUNDS: usize = 4;
 /// rest wait in the backlog), so the shard pauses and resumes as they
 /// close. An answer not read within [`IO_TIMEOUT`] (a connection left in
 /// the backlog) is a failure. Returns the statuses and the failures.
-fn churn(addr: SocketAddr, request: &'static [u8], close_after_one: bool) -> (Vec<u16>, Vec<String>) {
+fn churn(
+    addr: SocketAddr,
+    request: &'static [u8],
+    close_after_one: bool,
+) -> (Vec<u16>, Vec<String>) {
     let all_open = Arc::new(Barrier::new(CLIENTS));
     let threads: Vec<_> = (0..CLIENTS)
         .map(|i| {
@@ -37,16 +41,23 @@ fn churn(addr: SocketAddr, request: &'static [u8], close_after_one: bool) -> (Ve
                         Err(e) => return Err(format!("client {i} round {round}: connect: {e}")),
                     };
                     let mut c = Client::from_stream(stream);
-                    let n = if close_after_one { 1 } else { 1 + (i + round) % 3 };
+                    let n = if close_after_one {
+                        1
+                    } else {
+                        1 + (i + round) % 3
+                    };
                     for k in 0..n {
-                        c.try_send(request)
-                            .map_err(|e| format!("client {i} round {round} request {k}: send: {e}"))?;
+                        c.try_send(request).map_err(|e| {
+                            format!("client {i} round {round} request {k}: send: {e}")
+                        })?;
                         let r = c
                             .try_read_response(false)
                             .map_err(|e| format!("client {i} round {round} request {k}: {e}"))?;
                         statuses.push(r.status);
                         // A refusal (a 502 when out of descriptors) closes.
-                        if r.field("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+                        if r.field("connection")
+                            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+                        {
                             break;
                         }
                     }
@@ -85,7 +96,10 @@ fn assert_all_answered(what: &str, failures: &[String], statuses: &[u16], want: 
         &failures[..failures.len().min(5)]
     );
     let wrong: Vec<_> = statuses.iter().filter(|&&s| s != want).collect();
-    assert!(wrong.is_empty(), "{what}: statuses other than {want}: {wrong:?}");
+    assert!(
+        wrong.is_empty(),
+        "{what}: statuses other than {want}: {wrong:?}"
+    );
 }
 
 #[test]
@@ -100,7 +114,10 @@ fn a_shard_pausing_and_resuming_at_its_cap_answers_every_connection() {
     let (statuses, failures) = churn(zgix.addr(), b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", false);
     assert_all_answered("plain", &failures, &statuses, 200);
     let pauses = support::metric(&zgix, "zgix_accept_pauses_total");
-    assert!(pauses >= 1.0, "the shard never reached its cap: {pauses} pauses");
+    assert!(
+        pauses >= 1.0,
+        "the shard never reached its cap: {pauses} pauses"
+    );
     assert_no_lost_accept(&zgix);
 }
 
@@ -151,7 +168,10 @@ fn a_tls_listener_pausing_and_resuming_at_its_cap_answers_every_connection() {
     let (statuses, failures) = churn(zgix.addr(), b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", true);
     assert_all_answered("tls", &failures, &statuses, 400);
     let pauses = support::metric(&zgix, "zgix_accept_pauses_total");
-    assert!(pauses >= 1.0, "the shard never reached its cap: {pauses} pauses");
+    assert!(
+        pauses >= 1.0,
+        "the shard never reached its cap: {pauses} pauses"
+    );
     assert_no_lost_accept(&zgix);
 }
 
@@ -205,7 +225,10 @@ fn accepts_failing_on_emfile_back_off_and_every_connection_is_still_answered() {
         failures.len(),
         &failures[..failures.len().min(5)]
     );
-    assert!(statuses.contains(&200), "no request was served: {statuses:?}");
+    assert!(
+        statuses.contains(&200),
+        "no request was served: {statuses:?}"
+    );
     let text = support::metrics_text(&zgix);
     let emfile = support::series(&text, "zgix_accept_errors_total{errno=\"EMFILE\"}");
     assert!(emfile >= 1.0, "accept never failed on EMFILE:\n{text}");

@@ -369,6 +369,8 @@ pub struct Driver {
     backend: Backend,
     st: RefCell<State>,
     stopped: Cell<bool>,
+    /// A task was woken outside a turn (see [`Driver::kick`]).
+    kicked: Cell<bool>,
     spin: Duration,
     clock: Cell<Instant>,
     clock_live: Cell<bool>,
@@ -402,6 +404,7 @@ impl Driver {
                 listeners: Vec::new(),
             }),
             stopped: Cell::new(false),
+            kicked: Cell::new(false),
             spin: opts.spin,
             clock: Cell::new(now),
             clock_live: Cell::new(false),
@@ -478,6 +481,15 @@ impl Driver {
         }
     }
 
+    /// A task was woken by another task, not by a completion (a listener
+    /// resumed, a connection closed under the cap): the driver yields again
+    /// before it may park, so the woken task runs (and submits what it
+    /// arms) first. Without it a park could sleep, until its next timer,
+    /// in front of a task that was ready to run.
+    pub fn kick(&self) {
+        self.kicked.set(true);
+    }
+
     /// Ends [`Driver::run`] at its next turn.
     pub fn stop(&self) {
         self.stopped.set(true);
@@ -496,7 +508,7 @@ impl Driver {
             self.clock.set(now);
             self.clock_live.set(true);
             let fired = self.expire(now);
-            if n + fired > 0 {
+            if n + fired > 0 || self.kicked.take() {
                 last_event = now;
                 empty_turns = 0;
             } else {

@@ -354,6 +354,7 @@ impl Driver {
         s.paused = !on;
         if on {
             s.rd.wake();
+            self.kick();
         }
     }
 

@@ -75,6 +75,7 @@ impl Driver {
                 Backend::Uring(r) => r.restart_accepts(s, w.token),
                 Backend::Epoll(_) => s.rd.wake(),
             }
+            self.kick();
         }
         self.stats
             .accept_stalls
@@ -101,6 +102,93 @@ fn backlog(fd: RawFd) -> u32 {
             info.tcpi_unacked
         } else {
             0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpStream;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use super::super::tests::{kinds, on_driver, until};
+    use super::super::{bind_listener, Listener, Options};
+
+    /// A lost accept made on purpose: the accept loop waits on a paused
+    /// listener (nothing armed), then the pause is lifted without the wake
+    /// a resume gives, and a client connects. Without the watchdog the
+    /// accept waits for good; with it, the second look restarts it.
+    #[test]
+    fn a_listener_left_waiting_with_a_backlog_is_restarted_by_the_watchdog() {
+        for kind in kinds() {
+            on_driver(Options::new(kind), move |d| async move {
+                let fd = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+                let l = Rc::new(Listener::from_fd(fd, &d).unwrap());
+                let addr = l.local_addr().unwrap();
+                let token = d.st.borrow().listeners[0].token;
+                l.pause();
+                let waiting = glommio::spawn_local({
+                    let l = l.clone();
+                    async move { l.accept().await.map(|_| ()) }
+                });
+                until(&d, "the accept loop to wait", || {
+                    d.st.borrow().slots[token as usize].rd.waker.is_some()
+                })
+                .await;
+                d.st.borrow_mut().slots[token as usize].paused = false;
+                let _peer = TcpStream::connect(addr).unwrap();
+                assert_eq!(
+                    d.watch_accepts(),
+                    0,
+                    "{kind:?}: the first look only suspects"
+                );
+                assert_eq!(d.watch_accepts(), 1, "{kind:?}: the second look restarts");
+                let got = d.timeout(Duration::from_secs(5), waiting).await;
+                assert!(
+                    matches!(got, Some(Ok(()))),
+                    "{kind:?}: not accepted after the restart"
+                );
+                assert_eq!(d.stats.accept_stalls.get(), 1);
+                // Taken since: a quiet listener is not suspected.
+                assert_eq!(d.watch_accepts(), 0);
+                assert_eq!(d.watch_accepts(), 0);
+            });
+        }
+    }
+
+    /// A resume wakes the accept loop from another task: the driver must
+    /// not park (here for the whole 5 s timeout, in the proxy until the
+    /// next tick) before that loop has run and armed its accepts.
+    #[test]
+    fn a_resumed_listener_accepts_a_waiting_connection_without_a_timer() {
+        for kind in kinds() {
+            on_driver(Options::new(kind), move |d| async move {
+                let fd = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+                let l = Rc::new(Listener::from_fd(fd, &d).unwrap());
+                let addr = l.local_addr().unwrap();
+                let token = d.st.borrow().listeners[0].token;
+                l.pause();
+                let waiting = glommio::spawn_local({
+                    let l = l.clone();
+                    async move { l.accept().await.map(|_| ()) }
+                });
+                until(&d, "the accept loop to wait", || {
+                    d.st.borrow().slots[token as usize].rd.waker.is_some()
+                })
+                .await;
+                let _peer = TcpStream::connect(addr).unwrap();
+                let t = std::time::Instant::now();
+                l.resume();
+                let got = d.timeout(Duration::from_secs(5), waiting).await;
+                assert!(matches!(got, Some(Ok(()))), "{kind:?}: not accepted");
+                let took = t.elapsed();
+                assert!(
+                    took < Duration::from_secs(1),
+                    "{kind:?}: accepted after {took:?}"
+                );
+                assert_eq!(d.stats.accept_stalls.get(), 0);
+            });
         }
     }
 }
