@@ -2,16 +2,19 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use support::{Client, Config, Origin, Zgix, IO_TIMEOUT};
 
 /// Clients that connect at once, and the connections each opens in turn.
 const CLIENTS: usize = 240;
 const ROUNDS: usize = 4;
+/// The shard's connection cap in the cap tests.
+const CAP: usize = 64;
 
 /// `CLIENTS` threads each open `ROUNDS` connections one after another; on
 /// each, client `i` sends `request` up to `1 + (i + round) % 3` times
@@ -19,13 +22,16 @@ const ROUNDS: usize = 4;
 /// first connections all open before any sends (more than the cap: the
 /// rest wait in the backlog), so the shard pauses and resumes as they
 /// close. An answer not read within [`IO_TIMEOUT`] (a connection left in
-/// the backlog) is a failure. Returns the statuses and the failures.
+/// the backlog) is a failure. The requests start once the shard holds
+/// `hold` connections (its cap). Returns the statuses and the failures.
 fn churn(
-    addr: SocketAddr,
+    zgix: &Zgix,
+    hold: usize,
     request: &'static [u8],
     close_after_one: bool,
 ) -> (Vec<u16>, Vec<String>) {
-    let all_open = Arc::new(Barrier::new(CLIENTS));
+    let addr = zgix.addr();
+    let all_open = Arc::new(Barrier::new(CLIENTS + 1));
     let threads: Vec<_> = (0..CLIENTS)
         .map(|i| {
             let all_open = all_open.clone();
@@ -66,6 +72,15 @@ fn churn(
             })
         })
         .collect();
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while hold > 0 && support::metric(zgix, "zgix_connections_active") < hold as f64 {
+        assert!(
+            Instant::now() < deadline,
+            "the shard never held {hold} connections"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    all_open.wait();
     let mut statuses = Vec::new();
     let mut failures = Vec::new();
     for t in threads {
@@ -109,9 +124,9 @@ fn a_shard_pausing_and_resuming_at_its_cap_answers_every_connection() {
         &Config::new(&[origin.addr()])
             .cpus(&[0])
             .admin()
-            .limit("max_connections", 64),
+            .limit("max_connections", CAP as u64),
     );
-    let (statuses, failures) = churn(zgix.addr(), b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", false);
+    let (statuses, failures) = churn(&zgix, CAP, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", false);
     assert_all_answered("plain", &failures, &statuses, 200);
     let pauses = support::metric(&zgix, "zgix_accept_pauses_total");
     assert!(
@@ -156,7 +171,7 @@ fn a_tls_listener_pausing_and_resuming_at_its_cap_answers_every_connection() {
         &Config::new(&[origin.addr()])
             .cpus(&[0])
             .admin()
-            .limit("max_connections", 64)
+            .limit("max_connections", CAP as u64)
             .to_json(),
     )
     .unwrap();
@@ -165,7 +180,7 @@ fn a_tls_listener_pausing_and_resuming_at_its_cap_answers_every_connection() {
     let zgix = Zgix::start_json(&v.to_string());
     // Plaintext on the TLS port: the shard accepts, reads the bytes as a
     // failed handshake and answers 400 in cleartext, then closes.
-    let (statuses, failures) = churn(zgix.addr(), b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", true);
+    let (statuses, failures) = churn(&zgix, CAP, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", true);
     assert_all_answered("tls", &failures, &statuses, 400);
     let pauses = support::metric(&zgix, "zgix_accept_pauses_total");
     assert!(
@@ -215,7 +230,7 @@ fn accepts_failing_on_emfile_back_off_and_every_connection_is_still_answered() {
     let (soft, hard) = nofile(zgix.pid());
     let low = (held + 24).to_string();
     set_nofile(zgix.pid(), &low, &hard);
-    let (statuses, failures) = churn(zgix.addr(), b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", false);
+    let (statuses, failures) = churn(&zgix, 0, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", false);
     set_nofile(zgix.pid(), &soft, &hard);
     // A request whose upstream connect failed on EMFILE gets 502; every
     // connection still gets its answers.
