@@ -102,6 +102,17 @@ fn assert_no_lost_accept(zgix: &Zgix) {
     assert_eq!(stalls, 0.0, "accepts were lost and restarted:\n{text}");
 }
 
+/// The shard reached its cap (and paused), and lost no accept.
+#[track_caller]
+fn assert_paused_and_no_lost_accept(zgix: &Zgix) {
+    let pauses = support::metric(zgix, "zgix_accept_pauses_total");
+    assert!(
+        pauses >= 1.0,
+        "the shard never reached its cap: {pauses} pauses"
+    );
+    assert_no_lost_accept(zgix);
+}
+
 #[track_caller]
 fn assert_all_answered(what: &str, failures: &[String], statuses: &[u16], want: u16) {
     assert!(
@@ -128,12 +139,7 @@ fn a_shard_pausing_and_resuming_at_its_cap_answers_every_connection() {
     );
     let (statuses, failures) = churn(&zgix, CAP, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", false);
     assert_all_answered("plain", &failures, &statuses, 200);
-    let pauses = support::metric(&zgix, "zgix_accept_pauses_total");
-    assert!(
-        pauses >= 1.0,
-        "the shard never reached its cap: {pauses} pauses"
-    );
-    assert_no_lost_accept(&zgix);
+    assert_paused_and_no_lost_accept(&zgix);
 }
 
 /// A self-signed certificate and key for `t.example`, written under a
@@ -182,12 +188,7 @@ fn a_tls_listener_pausing_and_resuming_at_its_cap_answers_every_connection() {
     // failed handshake and answers 400 in cleartext, then closes.
     let (statuses, failures) = churn(&zgix, CAP, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", true);
     assert_all_answered("tls", &failures, &statuses, 400);
-    let pauses = support::metric(&zgix, "zgix_accept_pauses_total");
-    assert!(
-        pauses >= 1.0,
-        "the shard never reached its cap: {pauses} pauses"
-    );
-    assert_no_lost_accept(&zgix);
+    assert_paused_and_no_lost_accept(&zgix);
 }
 
 /// zgix's descriptor limit (soft, hard), from `/proc`.

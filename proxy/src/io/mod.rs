@@ -40,7 +40,12 @@
 //! notification from the main thread (an eventfd, [`Notifier`]) and zgix's
 //! own timers (the shard tick, lingering closes, the drain deadline, every
 //! socket timeout). glommio's own timers and sockets are not used by the
-//! shard at all, so no polling loop or periodic nudge is needed.
+//! shard at all, so no polling loop or periodic nudge is needed. A task
+//! woken by another task rather than by a completion (a listener resumed, a
+//! connection closed under the cap) is not visible to the driver: the waker
+//! calls [`Driver::kick`] so the driver yields again before it parks.
+//! [`watch`] looks at each listener once a second and restarts one left
+//! waiting with connections in its backlog (`zgix_accept_stalls_total`).
 
 mod addr;
 mod buf;

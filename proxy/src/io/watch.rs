@@ -108,41 +108,52 @@ fn backlog(fd: RawFd) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use std::net::TcpStream;
+    use std::net::{SocketAddr, TcpStream};
     use std::rc::Rc;
     use std::time::Duration;
 
     use super::super::tests::{kinds, on_driver, until};
-    use super::super::{bind_listener, Listener, Options};
+    use super::super::{bind_listener, Driver, Listener, Options};
 
-    /// A lost accept made on purpose: the accept loop waits on a paused
-    /// listener (nothing armed), then the pause is lifted without the wake
-    /// a resume gives, and a client connects. Without the watchdog the
-    /// accept waits for good; with it, the second look restarts it.
+    /// An accept loop waiting on a paused listener (nothing armed): the
+    /// listener, its address and token, and the accept's task.
+    async fn paused_accept(
+        d: &Rc<Driver>,
+    ) -> (
+        Rc<Listener>,
+        SocketAddr,
+        u32,
+        glommio::Task<std::io::Result<()>>,
+    ) {
+        let fd = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = Rc::new(Listener::from_fd(fd, d).unwrap());
+        let addr = l.local_addr().unwrap();
+        let token = d.st.borrow().listeners[0].token;
+        l.pause();
+        let waiting = glommio::spawn_local({
+            let l = l.clone();
+            async move { l.accept().await.map(|_| ()) }
+        });
+        until(d, "the accept loop to wait", || {
+            d.st.borrow().slots[token as usize].rd.waker.is_some()
+        })
+        .await;
+        (l, addr, token, waiting)
+    }
+
+    /// A lost accept made on purpose: the pause of a waiting accept loop is
+    /// lifted without the wake a resume gives, and a client connects.
+    /// Without the watchdog the accept waits for good; with it, the second
+    /// look restarts it.
     #[test]
     fn a_listener_left_waiting_with_a_backlog_is_restarted_by_the_watchdog() {
         for kind in kinds() {
             on_driver(Options::new(kind), move |d| async move {
-                let fd = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-                let l = Rc::new(Listener::from_fd(fd, &d).unwrap());
-                let addr = l.local_addr().unwrap();
-                let token = d.st.borrow().listeners[0].token;
-                l.pause();
-                let waiting = glommio::spawn_local({
-                    let l = l.clone();
-                    async move { l.accept().await.map(|_| ()) }
-                });
-                until(&d, "the accept loop to wait", || {
-                    d.st.borrow().slots[token as usize].rd.waker.is_some()
-                })
-                .await;
+                let (_l, addr, token, waiting) = paused_accept(&d).await;
                 d.st.borrow_mut().slots[token as usize].paused = false;
                 let _peer = TcpStream::connect(addr).unwrap();
-                assert_eq!(
-                    d.watch_accepts(),
-                    0,
-                    "{kind:?}: the first look only suspects"
-                );
+                let first = d.watch_accepts();
+                assert_eq!(first, 0, "{kind:?}: the first look only suspects");
                 assert_eq!(d.watch_accepts(), 1, "{kind:?}: the second look restarts");
                 let got = d.timeout(Duration::from_secs(5), waiting).await;
                 assert!(
@@ -164,19 +175,7 @@ mod tests {
     fn a_resumed_listener_accepts_a_waiting_connection_without_a_timer() {
         for kind in kinds() {
             on_driver(Options::new(kind), move |d| async move {
-                let fd = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-                let l = Rc::new(Listener::from_fd(fd, &d).unwrap());
-                let addr = l.local_addr().unwrap();
-                let token = d.st.borrow().listeners[0].token;
-                l.pause();
-                let waiting = glommio::spawn_local({
-                    let l = l.clone();
-                    async move { l.accept().await.map(|_| ()) }
-                });
-                until(&d, "the accept loop to wait", || {
-                    d.st.borrow().slots[token as usize].rd.waker.is_some()
-                })
-                .await;
+                let (l, addr, _token, waiting) = paused_accept(&d).await;
                 let _peer = TcpStream::connect(addr).unwrap();
                 let t = std::time::Instant::now();
                 l.resume();
