@@ -91,9 +91,35 @@ pub fn run(mut a: Args) -> Result<(), String> {
     println!("demo: config {}", config_path.display());
 
     // 3. zgix, reading its stderr until it is ready.
-    let mut child = Command::new(&zgix)
+    let (mut guard, listeners) = start_zgix(&zgix, &config_path)?;
+    let listener = listeners[0];
+    println!("demo: zgix listening on {listener}");
+
+    // 4. A clean request, one the WAF denies, a clean one again, and one
+    // HTTPS request on the TLS listener.
+    check_requests(listener, ocfg.body_bytes)?;
+    if let (Some(cert), Some(&https)) = (&tls, listeners.get(1)) {
+        check_https(https, cert)?;
+    }
+
+    // 5. A short closed-loop load run through the proxy.
+    load_run(listener, duration)?;
+
+    // 6. SIGTERM and a clean exit.
+    stop_zgix(&mut guard)?;
+    println!("demo: ok");
+    Ok(())
+}
+
+/// Starts zgix on `config_path` and waits for its `ready` line; its stderr
+/// is echoed (and drained) by a thread. Returns it and its listeners.
+fn start_zgix(
+    zgix: &std::path::Path,
+    config_path: &std::path::Path,
+) -> Result<(ChildGuard, Vec<SocketAddr>), String> {
+    let mut child = Command::new(zgix)
         .arg("--config")
-        .arg(&config_path)
+        .arg(config_path)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -111,21 +137,21 @@ pub fn run(mut a: Args) -> Result<(), String> {
         }
     });
     let listeners = wait_ready(&rx, &mut guard)?;
-    let listener = listeners[0];
-    println!("demo: zgix listening on {listener}");
+    Ok((guard, listeners))
+}
 
-    // 4. A clean request, one the WAF denies, and a clean one again.
+/// A clean request, one the WAF denies, and a clean one again.
+fn check_requests(listener: SocketAddr, body_bytes: usize) -> Result<(), String> {
     let (status, body) = get(listener, "/hello")?;
     println!(
         "demo: GET /hello -> {status} {:?}",
         String::from_utf8_lossy(&body)
     );
-    if status != 200 || body != vec![b'x'; ocfg.body_bytes] {
+    if status != 200 || body != vec![b'x'; body_bytes] {
         return Err(format!(
             "GET /hello through zgix returned {status} with a {}-byte body; \
-             expected 200 with the origin's {}-byte body",
+             expected 200 with the origin's {body_bytes}-byte body",
             body.len(),
-            ocfg.body_bytes
         ));
     }
     // zgix's WAF matches the canonical path (dot-segments already removed),
@@ -142,21 +168,25 @@ pub fn run(mut a: Args) -> Result<(), String> {
             "a clean request after the WAF hit returned {status}, expected 200"
         ));
     }
+    Ok(())
+}
 
-    // 4b. One HTTPS request on the TLS listener, with curl trusting the
-    // certificate made for the demo.
-    if let (Some(cert), Some(&https)) = (&tls, listeners.get(1)) {
-        let status = https_get(https, cert)?;
-        println!(
-            "demo: GET https://demo.example:{}/tls -> {status} (TLS listener)",
-            https.port()
-        );
-        if status != 200 {
-            return Err(format!("the HTTPS request returned {status}, expected 200"));
-        }
+/// One HTTPS request on the TLS listener, with curl trusting the
+/// certificate made for the demo.
+fn check_https(https: SocketAddr, cert: &std::path::Path) -> Result<(), String> {
+    let status = https_get(https, cert)?;
+    println!(
+        "demo: GET https://demo.example:{}/tls -> {status} (TLS listener)",
+        https.port()
+    );
+    if status != 200 {
+        return Err(format!("the HTTPS request returned {status}, expected 200"));
     }
+    Ok(())
+}
 
-    // 5. A short closed-loop load run through the proxy.
+/// A short closed-loop load run through the proxy; some answers must be 200.
+fn load_run(listener: SocketAddr, duration: f64) -> Result<(), String> {
     let lcfg = LoadConfig::new(listener, "/", 16, Duration::from_secs_f64(duration));
     let report = load::execute(&lcfg, false)?;
     println!(
@@ -171,8 +201,11 @@ pub fn run(mut a: Args) -> Result<(), String> {
     if report.stats.status.get(&200).copied().unwrap_or(0) == 0 {
         return Err("the load run got no 200 responses through zgix".into());
     }
+    Ok(())
+}
 
-    // 6. SIGTERM and a clean exit.
+/// SIGTERM, then zgix must exit 0 within [`EXIT_TIMEOUT`].
+fn stop_zgix(guard: &mut ChildGuard) -> Result<(), String> {
     let child = guard.0.as_mut().expect("child still owned");
     // SAFETY: kill(2) on the pid of a child we have not yet reaped.
     if unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) } != 0 {
@@ -207,7 +240,6 @@ pub fn run(mut a: Args) -> Result<(), String> {
         "demo: zgix stopped cleanly after SIGTERM ({:.0} ms)",
         started.elapsed().as_secs_f64() * 1e3
     );
-    println!("demo: ok");
     Ok(())
 }
 

@@ -212,7 +212,13 @@ impl Shard {
     /// A connection closed: wake an accept loop paused at the cap.
     pub fn connection_closed(&self) {
         self.open_connections.set(self.open_connections.get() - 1);
-        for w in self.capacity_waiters.borrow_mut().drain(..) {
+        let mut waiters = self.capacity_waiters.borrow_mut();
+        if !waiters.is_empty() {
+            // Woken by this task, not a completion: the driver lets the
+            // accept loop run before it parks.
+            self.driver.kick();
+        }
+        for w in waiters.drain(..) {
             w.wake();
         }
     }

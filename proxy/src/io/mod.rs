@@ -40,7 +40,12 @@
 //! notification from the main thread (an eventfd, [`Notifier`]) and zgix's
 //! own timers (the shard tick, lingering closes, the drain deadline, every
 //! socket timeout). glommio's own timers and sockets are not used by the
-//! shard at all, so no polling loop or periodic nudge is needed.
+//! shard at all, so no polling loop or periodic nudge is needed. A task
+//! woken by another task rather than by a completion (a listener resumed, a
+//! connection closed under the cap) is not visible to the driver: the waker
+//! calls [`Driver::kick`] so the driver yields again before it parks.
+//! [`watch`] looks at each listener once a second and restarts one left
+//! waiting with connections in its backlog (`zgix_accept_stalls_total`).
 
 mod addr;
 mod buf;
@@ -53,6 +58,7 @@ mod record_stream;
 mod sock;
 mod timer;
 pub mod uring;
+mod watch;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -187,6 +193,9 @@ pub struct DriverStats {
     /// Deadline entries the expiry looked at (each due or stale entry once:
     /// the work of timing sockets out, O(expired), never a scan of them all).
     pub deadline_visits: Cell<u64>,
+    /// Listeners the accept watchdog found stalled (waiting, not paused,
+    /// connections in the backlog, none taken for a second) and restarted.
+    pub accept_stalls: Cell<u64>,
 }
 
 /// What a slot is for.
@@ -312,6 +321,8 @@ struct State {
     timers: timer::Timers,
     /// Every socket wait's deadline (stale entries are skipped).
     deadlines: deadline::Deadlines<DeadlineKey>,
+    /// The listeners the accept watchdog looks at ([`watch`]).
+    listeners: Vec<watch::Watched>,
 }
 
 impl State {
@@ -365,6 +376,8 @@ pub struct Driver {
     backend: Backend,
     st: RefCell<State>,
     stopped: Cell<bool>,
+    /// A task was woken outside a turn (see [`Driver::kick`]).
+    kicked: Cell<bool>,
     spin: Duration,
     clock: Cell<Instant>,
     clock_live: Cell<bool>,
@@ -395,8 +408,10 @@ impl Driver {
                 free: Vec::with_capacity(1024),
                 timers: timer::Timers::default(),
                 deadlines: deadline::Deadlines::default(),
+                listeners: Vec::new(),
             }),
             stopped: Cell::new(false),
+            kicked: Cell::new(false),
             spin: opts.spin,
             clock: Cell::new(now),
             clock_live: Cell::new(false),
@@ -473,6 +488,15 @@ impl Driver {
         }
     }
 
+    /// A task was woken by another task, not by a completion (a listener
+    /// resumed, a connection closed under the cap): the driver yields again
+    /// before it may park, so the woken task runs (and submits what it
+    /// arms) first. Without it a park could sleep, until its next timer,
+    /// in front of a task that was ready to run.
+    pub fn kick(&self) {
+        self.kicked.set(true);
+    }
+
     /// Ends [`Driver::run`] at its next turn.
     pub fn stop(&self) {
         self.stopped.set(true);
@@ -491,7 +515,7 @@ impl Driver {
             self.clock.set(now);
             self.clock_live.set(true);
             let fired = self.expire(now);
-            if n + fired > 0 {
+            if n + fired > 0 || self.kicked.take() {
                 last_event = now;
                 empty_turns = 0;
             } else {

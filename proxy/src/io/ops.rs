@@ -73,6 +73,9 @@ impl Driver {
             st.free.push(token);
             return Err(e);
         }
+        if role == Role::Listener {
+            st.watch_listener(token);
+        }
         Ok(token)
     }
 
@@ -337,6 +340,7 @@ impl Driver {
             Backend::Epoll(_) => epoll::Epoll::try_accept(s),
         };
         if let Some(r) = got {
+            st.taken_from(token);
             return Poll::Ready(r);
         }
         s.rd.set_waker(cx);
@@ -350,6 +354,7 @@ impl Driver {
         s.paused = !on;
         if on {
             s.rd.wake();
+            self.kick();
         }
     }
 

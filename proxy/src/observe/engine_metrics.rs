@@ -27,6 +27,7 @@ pub struct EngineCounters {
     pub tunnel_bytes_down: Counter,
     /// Copied from the driver's own stats by the shard tick.
     pub driver_enters: AtomicU64,
+    pub accept_stalls: AtomicU64,
     pub recv_rearm_nobufs: AtomicU64,
     pub recv_paused: AtomicU64,
     pub cq_overflows: AtomicU64,
@@ -94,20 +95,7 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
     let gauge = |o: &mut String, name: &str, help: &str, v: u64| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     };
-    counter(
-        o,
-        "zgix_accept_pauses_total",
-        "Times a shard stopped accepting at its share of limits.max_connections.",
-        sum(&|s| s.accept_pauses.get()),
-    );
-    let _ = writeln!(
-        o,
-        "# HELP zgix_accept_errors_total Accept failures by errno.\n# TYPE zgix_accept_errors_total counter"
-    );
-    for (i, (_, name)) in ACCEPT_ERRNOS.iter().enumerate() {
-        let v = sum(&|s| s.accept_errors[i].get());
-        let _ = writeln!(o, "zgix_accept_errors_total{{errno=\"{name}\"}} {v}");
-    }
+    render_accepts(o, shards.clone());
     counter(
         o,
         "zgix_tunnels_total",
@@ -221,5 +209,34 @@ fn heap_in_use_bytes() -> u64 {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         0
+    }
+}
+
+/// The accept series: pauses at the cap, stalls the watchdog restarted,
+/// failures by errno, each summed over the shards.
+fn render_accepts<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounters> + Clone) {
+    let sum = |f: &dyn Fn(&EngineCounters) -> u64| shards.clone().map(f).sum::<u64>();
+    let counter = |o: &mut String, name: &str, help: &str, v: u64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+    };
+    counter(
+        o,
+        "zgix_accept_pauses_total",
+        "Times a shard stopped accepting at its share of limits.max_connections.",
+        sum(&|s| s.accept_pauses.get()),
+    );
+    counter(
+        o,
+        "zgix_accept_stalls_total",
+        "Listeners found waiting with connections in the backlog and none taken for a second, and restarted (0 unless an accept was lost).",
+        sum(&|s| s.accept_stalls.load(Ordering::Relaxed)),
+    );
+    let _ = writeln!(
+        o,
+        "# HELP zgix_accept_errors_total Accept failures by errno.\n# TYPE zgix_accept_errors_total counter"
+    );
+    for (i, (_, name)) in ACCEPT_ERRNOS.iter().enumerate() {
+        let v = sum(&|s| s.accept_errors[i].get());
+        let _ = writeln!(o, "zgix_accept_errors_total{{errno=\"{name}\"}} {v}");
     }
 }

@@ -546,7 +546,7 @@ impl Server {
         let g = self.generation;
         crate::log_info!("server", "signal HUP: reloading {}", self.path.display());
         crate::process::lifecycle::notify_reloading();
-        let rejected = |why: &str| {
+        if let Err(why) = self.try_reload() {
             LIFECYCLE.reloads_rejected.fetch_add(1, Ordering::AcqRel);
             crate::log_warn!(
                 "server",
@@ -558,64 +558,14 @@ impl Server {
             sd_notify(&format!(
                 "STATUS=reload rejected ({why}); serving generation {g}\nREADY=1"
             ));
-        };
-        let config = match Config::from_file(&self.path) {
-            Ok(c) => c,
-            Err(errors) => {
-                for e in &errors {
-                    crate::log_error!("server", "reload: {e}");
-                }
-                return rejected(&format!("{} error(s)", errors.len()));
-            }
-        };
-        if config.shard_cpus().len() != self.shards {
-            crate::log_error!(
-                "server", "reload: cpus: the shard count cannot change on reload ({} now); restart or use --upgrade",
-                self.shards
-            );
-            return rejected("cpus changed");
         }
-        if let Err(errors) = self.guards.claim(&guarded(&config)) {
-            for e in &errors {
-                crate::log_error!("server", "reload: {e}");
-            }
-            self.unclaim();
-            return rejected("a listen address is served by another instance");
-        }
-        // Certificates and keys are read again: a file that does not load
-        // refuses the whole reload, and the old ones keep serving.
-        let tls = match crate::conn::handshake::load_all(&config) {
-            Ok(t) => t,
-            Err(errors) => {
-                for e in &errors {
-                    crate::log_error!("server", "reload: {e}");
-                }
-                self.unclaim();
-                return rejected(&format!("{} error(s)", errors.len()));
-            }
-        };
-        for w in &tls.warnings {
-            crate::log_warn!("server", "reload: {w}");
-        }
-        let (mut rt, notes) = Runtime::reloaded(config, self.shards, &self.rt);
-        rt.attach_tls(tls.listeners);
-        rt.up.attach_tls(tls.clusters);
-        let mut stop_old_log = None;
-        if rt.config.access_log == self.rt.config.access_log {
-            rt.access_log = self.rt.access_log.clone();
-        } else {
-            if let Some(cfg) = &rt.config.access_log {
-                match crate::observe::access_log::AccessLog::start(cfg, self.shards) {
-                    Ok(log) => rt.access_log = Some(Arc::new(log)),
-                    Err(e) => {
-                        crate::log_error!("server", "reload: {e}");
-                        self.unclaim();
-                        return rejected("cannot open the access log");
-                    }
-                }
-            }
-            stop_old_log = self.rt.access_log.clone();
-        }
+    }
+
+    /// The reload's phases: read and check the file, build the new runtime,
+    /// bind, then hand it to the shards. `Err`: why it was rejected (logged).
+    fn try_reload(&mut self) -> Result<(), String> {
+        let (config, tls) = self.read_reload()?;
+        let (rt, notes, stop_old_log) = self.reloaded_runtime(config, tls)?;
         let kept: Vec<SocketAddr> = self
             .listeners
             .iter()
@@ -630,7 +580,7 @@ impl Server {
                     new.stop();
                 }
                 self.unclaim();
-                return rejected("cannot bind");
+                return Err("cannot bind".into());
             }
         };
         let removed = self.listeners.len();
@@ -670,8 +620,80 @@ impl Server {
             "STATUS=serving generation {}\nREADY=1",
             self.generation
         ));
+        Ok(())
+    }
+
+    /// The reload's first phase: the file parsed and validated, the shard
+    /// count unchanged, its listen addresses claimed, its certificates and
+    /// keys read (a file that does not load refuses the whole reload, and
+    /// the old ones keep serving).
+    fn read_reload(&mut self) -> Result<(Config, crate::conn::handshake::LoadedTls), String> {
+        let config = Config::from_file(&self.path).map_err(|errors| {
+            for e in &errors {
+                crate::log_error!("server", "reload: {e}");
+            }
+            format!("{} error(s)", errors.len())
+        })?;
+        if config.shard_cpus().len() != self.shards {
+            crate::log_error!(
+                "server", "reload: cpus: the shard count cannot change on reload ({} now); restart or use --upgrade",
+                self.shards
+            );
+            return Err("cpus changed".into());
+        }
+        if let Err(errors) = self.guards.claim(&guarded(&config)) {
+            for e in &errors {
+                crate::log_error!("server", "reload: {e}");
+            }
+            self.unclaim();
+            return Err("a listen address is served by another instance".into());
+        }
+        match crate::conn::handshake::load_all(&config) {
+            Ok(tls) => Ok((config, tls)),
+            Err(errors) => {
+                for e in &errors {
+                    crate::log_error!("server", "reload: {e}");
+                }
+                self.unclaim();
+                Err(format!("{} error(s)", errors.len()))
+            }
+        }
+    }
+
+    /// The reload's second phase: the new runtime with its certificates and
+    /// its access log (the running one when unchanged, else a new one; the
+    /// old log, returned, is stopped once the shards moved on).
+    fn reloaded_runtime(
+        &mut self,
+        config: Config,
+        tls: crate::conn::handshake::LoadedTls,
+    ) -> Result<(Runtime, Vec<String>, OldLog), String> {
+        for w in &tls.warnings {
+            crate::log_warn!("server", "reload: {w}");
+        }
+        let (mut rt, notes) = Runtime::reloaded(config, self.shards, &self.rt);
+        rt.attach_tls(tls.listeners);
+        rt.up.attach_tls(tls.clusters);
+        if rt.config.access_log == self.rt.config.access_log {
+            rt.access_log = self.rt.access_log.clone();
+            return Ok((rt, notes, None));
+        }
+        if let Some(cfg) = &rt.config.access_log {
+            match crate::observe::access_log::AccessLog::start(cfg, self.shards) {
+                Ok(log) => rt.access_log = Some(Arc::new(log)),
+                Err(e) => {
+                    crate::log_error!("server", "reload: {e}");
+                    self.unclaim();
+                    return Err("cannot open the access log".into());
+                }
+            }
+        }
+        Ok((rt, notes, self.rt.access_log.clone()))
     }
 }
+
+/// The access log a reload replaced, stopped once the shards moved on.
+type OldLog = Option<Arc<crate::observe::access_log::AccessLog>>;
 
 fn bind_fd(addr: SocketAddr) -> std::io::Result<OwnedFd> {
     let fd = crate::io::bind_listener(addr)?;

@@ -554,6 +554,7 @@ async fn tick(local: Rc<Local>) {
         );
         n += 1;
         if n.is_multiple_of(10) {
+            local.driver.watch_accepts();
             for g in local.live_gens() {
                 g.pool.sweep(Instant::now());
                 g.seen.changed(&g.rt.up, |ep| g.pool.retire(ep));
@@ -586,4 +587,6 @@ fn publish_driver(e: &EngineCounters, d: &Driver) {
         .store(s.relayed_bytes.get(), Ordering::Relaxed);
     e.spliced_bytes
         .store(s.spliced_bytes.get(), Ordering::Relaxed);
+    e.accept_stalls
+        .store(s.accept_stalls.get(), Ordering::Relaxed);
 }

@@ -35,7 +35,12 @@ impl Ring {
             if overflow {
                 d.stats.cq_overflows.set(d.stats.cq_overflows.get() + 1);
             }
-            let must_wait = wait.is_some() && !cq_ready;
+            // Entries the submission queue had no room for must reach the
+            // kernel before the thread sleeps (an accept among them would
+            // wait for a completion that cannot come): this turn submits
+            // without waiting and the next one moves the rest.
+            let backlogged = !self.backlog.borrow().is_empty();
+            let must_wait = wait.is_some() && !cq_ready && !backlogged;
             let defer = how == Turn::Lazy
                 && !taskrun
                 && !overflow

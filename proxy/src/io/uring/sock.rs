@@ -351,6 +351,17 @@ impl Ring {
         }
     }
 
+    /// The watchdog found the listener's accept lost: its accepts are
+    /// cancelled (each cancelled one wakes the loop, which arms afresh), or,
+    /// with none armed, the loop is woken to arm them.
+    pub(in crate::io) fn restart_accepts(&self, s: &mut Slot, token: u32) {
+        if s.be.u().accepts_armed > 0 {
+            self.cancel(K_ACCEPT, token, s.gen);
+        } else {
+            s.rd.wake();
+        }
+    }
+
     /// An accepted descriptor or error, if one is there; otherwise, unless
     /// the listener is paused, accepts are submitted so that at most
     /// [`ACCEPTS_IN_FLIGHT`] are outstanding or waiting to be taken.
