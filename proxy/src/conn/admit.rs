@@ -293,6 +293,13 @@ impl Conn {
             .request_id
             .choose(self.shard.rt.listeners[li].request_id, client_ids);
         x.rec.h2 = h2;
+        if let Some(log) = &self.shard.access_log {
+            let hs = x.req.headers.iter();
+            (x.rec_headers).capture(
+                log.captures(),
+                hs.map(|h| (h.name.get(base), h.value.get(base))),
+            );
+        }
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
         x.rec_query.clear();
@@ -327,7 +334,7 @@ impl Conn {
                 query: x.rec_has_query.then_some(&x.rec_query[..]),
                 sni: self.client.log_facts().1,
             };
-            log.emit(&*shard.rt, &x.rec, &t);
+            log.emit_with(&*shard.rt, &x.rec, &t, &x.rec_headers);
         }
     }
 

@@ -193,7 +193,9 @@ fn access_log_fields_are_checked_each_with_its_path() {
     )]);
     assert_eq!(e.len(), 5, "{e:?}");
     assert!(
-        e[0].starts_with("access_log.fields[1]: unknown field \"stauts\"; the fields are time, client,"),
+        e[0].starts_with(
+            "access_log.fields[1]: unknown field \"stauts\"; the fields are time, client,"
+        ),
         "{e:?}"
     );
     assert_eq!(
