@@ -201,3 +201,106 @@ fn a_full_log_buffer_drops_and_counts_lines_and_never_fails_a_request() {
     assert_eq!(dropped + written, 4000.0, "{m}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A zgix logging `fields` in `format` to `path`, forwarding to `origin`.
+fn start_fields(origin: &Origin, path: &Path, format: &str, fields: &str) -> Zgix {
+    Zgix::start_json(&format!(
+        r#"{{"cpus":[0],"access_log":{{"path":"{}","format":"{format}","fields":{fields}}},
+"listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+        path.display(),
+        origin.addr()
+    ))
+}
+
+const FIELDS: &str = r#"["status","host","user_agent","header:X-Tenant","referer","request","upstream_status","protocol"]"#;
+const FIELDS_REQUEST: &[u8] =
+    b"GET /f?q=1 HTTP/1.1\r\nHost: api.example\r\nUser-Agent: t/1 \"q\"\r\nX-Tenant: acme\r\n\r\n";
+
+#[test]
+fn chosen_fields_come_in_order_with_captured_headers_in_both_formats() {
+    let origin = Origin::start();
+    let path = log_path("fields-json");
+    let z = start_fields(&origin, &path, "json", FIELDS);
+    let mut c = Client::connect(z.addr());
+    assert_eq!(c.request(FIELDS_REQUEST).status, 200);
+    // A second request without the headers: nothing left from the first.
+    assert_eq!(c.request(b"GET /g HTTP/1.1\r\nHost: b\r\n\r\n").status, 200);
+    let v = wait_json(&path, 2);
+    // The keys in the configured order (serde_json's map sorts them).
+    let raw = std::fs::read_to_string(&path).unwrap();
+    let first = raw.lines().next().unwrap();
+    let keys = [
+        "status",
+        "host",
+        "user_agent",
+        "header:x-tenant",
+        "referer",
+        "request",
+        "upstream_status",
+        "protocol",
+    ];
+    let at: Vec<usize> = keys
+        .iter()
+        .map(|k| first.find(&format!("\"{k}\":")).unwrap())
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{first}");
+    assert_eq!(
+        v[0],
+        serde_json::json!({"status": 200, "host": "api.example", "user_agent": "t/1 \"q\"",
+            "header:x-tenant": "acme", "referer": null, "request": "GET /f?q=1 HTTP/1.1",
+            "upstream_status": 200, "protocol": "HTTP/1.1"})
+    );
+    assert_eq!(v[1]["host"], "b");
+    assert_eq!(v[1]["user_agent"], serde_json::Value::Null);
+    assert_eq!(v[1]["header:x-tenant"], serde_json::Value::Null);
+    let _ = std::fs::remove_file(&path);
+    drop(z);
+
+    let path = log_path("fields-text");
+    let z = start_fields(&origin, &path, "text", FIELDS);
+    let mut c = Client::connect(z.addr());
+    assert_eq!(c.request(FIELDS_REQUEST).status, 200);
+    let text = wait_lines(&path, 1);
+    assert_eq!(
+        text,
+        "200 \"api.example\" \"t/1 \\\"q\\\"\" \"acme\" - \"GET /f?q=1 HTTP/1.1\" 200 \"HTTP/1.1\"\n"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The file's text once it holds `n` lines (or at the deadline).
+fn wait_lines(path: &Path, n: usize) -> String {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n || Instant::now() > deadline {
+            return text;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_bad_field_list_is_refused_with_its_paths() {
+    let config = TempConfig::new(
+        r#"{"cpus":[0],"access_log":{"path":"-","fields":["status","nope","header:a b","status"]},
+"listeners":[{"bind":"127.0.0.1:0","http":{"cluster":"api"}}],
+"clusters":{"api":{"endpoints":["127.0.0.1:1"]}}}"#,
+    );
+    let run = run_zgix(&["--check", "--config", &config.path.display().to_string()]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let out = run.stderr;
+    assert!(
+        out.contains("access_log.fields[1]: unknown field \"nope\""),
+        "{out}"
+    );
+    assert!(
+        out.contains("access_log.fields[2]: \"header:a b\": a header name is"),
+        "{out}"
+    );
+    assert!(
+        out.contains("access_log.fields[3]: \"status\" is already at access_log.fields[0]"),
+        "{out}"
+    );
+}
