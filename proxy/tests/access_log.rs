@@ -86,6 +86,32 @@ fn every_answer_is_one_json_line_with_its_status_and_decision() {
     let want = traffic(&z);
     // 503s retried while the slot was freeing are logged too: skip them.
     let got: Vec<serde_json::Value> = wait_json(&path, want.len());
+    // Every answer counts the bytes it read: the refusals too (their head is
+    // never consumed, the connection closes with it).
+    for v in &got {
+        assert!(v["bytes_in"].as_u64().unwrap() > 0, "{v}");
+    }
+    let by = |d: &str| got.iter().find(|v| v["decision"] == d).unwrap();
+    assert_eq!(
+        by("rate_limited")["bytes_in"],
+        27,
+        "GET / HTTP/1.1, Host: t"
+    );
+    // The same request as the first (GET /) but for its path.
+    let head = by("forwarded")["bytes_in"].as_u64().unwrap() - 1;
+    for (d, p) in [
+        ("waf", "/evil"),
+        ("upstream_error:connect_refused", "/dead/x"),
+        ("conn_limited", "/"),
+    ] {
+        assert_eq!(by(d)["bytes_in"], head + p.len() as u64, "{d}");
+    }
+    // A head refused after its request line parsed still shows the line.
+    let bad = by("bad_request:malformed");
+    assert_eq!(
+        (&bad["method"], &bad["path"], &bad["version"]),
+        (&"GET".into(), &"/".into(), &"HTTP/1.1".into())
+    );
     let got: Vec<(u16, String)> = got
         .iter()
         .map(|v| {
@@ -303,4 +329,68 @@ fn a_bad_field_list_is_refused_with_its_paths() {
         out.contains("access_log.fields[3]: \"status\" is already at access_log.fields[0]"),
         "{out}"
     );
+}
+
+#[test]
+fn refusals_of_a_head_whose_request_line_was_fine_log_that_line() {
+    let origin = Origin::start();
+    let path = log_path("refused-line");
+    let z = Zgix::start_json(&format!(
+        r#"{{"cpus":[0],"access_log":{{"path":"{}","format":"json"}},
+"limits":{{"max_request_body":100,"max_header_bytes":8192}},
+"listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+        path.display(),
+        origin.addr()
+    ));
+    let big = format!(
+        "GET /h?x=1 HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(9000)
+    );
+    let cases: [(&[u8], u16); 4] = [
+        (b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n", 413),
+        (big.as_bytes(), 431),
+        (b"POST /te HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (b"GET /x HTTP/1.1 extra\r\nHost: a\r\n\r\n", 400),
+    ];
+    for (req, status) in cases {
+        let mut c = Client::connect(z.addr());
+        assert_eq!(c.request(req).status, status);
+    }
+    let v = wait_json(&path, 4);
+    let line = |i: usize| {
+        let v: &serde_json::Value = &v[i];
+        (
+            v["status"].as_u64().unwrap(),
+            v["method"].clone(),
+            v["path"].clone(),
+            v["query"].clone(),
+            v["version"].clone(),
+        )
+    };
+    use serde_json::Value::Null;
+    assert_eq!(
+        line(0),
+        (413, "POST".into(), "/up".into(), Null, "HTTP/1.1".into())
+    );
+    assert_eq!(
+        line(1),
+        (
+            431,
+            "GET".into(),
+            "/h".into(),
+            "x=1".into(),
+            "HTTP/1.1".into()
+        )
+    );
+    assert_eq!(
+        line(2),
+        (400, "POST".into(), "/te".into(), Null, "HTTP/1.1".into())
+    );
+    assert_eq!(
+        line(3),
+        (400, Null, Null, Null, Null),
+        "a bad request line stays -"
+    );
+    let _ = std::fs::remove_file(&path);
 }
