@@ -162,6 +162,32 @@ fn a_drain_cut_by_its_deadline_reports_it_and_exits_3() {
 }
 
 #[test]
+fn term_then_int_counts_what_it_cut() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = silent.local_addr().unwrap();
+    let json = format!(
+        r#"{{"cpus": [0], "listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "c"}}}}],
+            "clusters": {{"c": {{"endpoints": ["{origin}"]}}}},
+            "limits": {{"drain_timeout_ms": 30000, "upstream_header_timeout_ms": 30000}}}}"#
+    );
+    let mut zgix = Proc::start(&json, &[]);
+    let mut client = Client::connect(zgix.listeners()[0]);
+    client.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    let (_held, _) = silent.accept().expect("zgix connects to the origin");
+    zgix.signal("TERM");
+    zgix.wait_log("signal TERM: draining", 1);
+    zgix.signal("INT");
+    let status = zgix.wait_exit();
+    assert_eq!(status.code(), Some(3), "stderr:\n{}", zgix.stderr());
+    assert!(
+        zgix.stderr()
+            .contains("cut 1 connection(s), 1 request(s) in flight"),
+        "{}",
+        zgix.stderr()
+    );
+}
+
+#[test]
 fn usr1_usr2_and_alrm_are_logged_and_do_not_stop_zgix() {
     let o = Origin::start();
     let zgix = Proc::start(&config(free_port(), o.addr(), ""), &[]);
