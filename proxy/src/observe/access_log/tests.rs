@@ -367,38 +367,14 @@ const HEADERS: &[(&[u8], &[u8])] = &[
 
 #[test]
 fn fields_choose_and_order_the_text_line() {
-    let all = [
-        "status",
-        "host",
-        "user_agent",
-        "referer",
-        "header:X-Tenant",
-        "request",
-        "method",
-        "path",
-        "query",
-        "protocol",
-        "upstream_addr",
-        "upstream_status",
-        "upstream_ms",
-        "duration_ms",
-        "time",
-        "client",
-        "peer",
-        "listener",
-        "bytes_in",
-        "bytes_out",
-        "retries",
-        "decision",
-        "tls_version",
-        "tls_cipher",
-        "sni",
-        "tls_resumed",
-        "request_id",
-    ];
+    // The headers first, then every named field in its documented order.
+    let all: Vec<&str> = ["host", "user_agent", "referer", "header:X-Tenant"]
+        .into_iter()
+        .chain(zgix_config::ACCESS_LOG_FIELD_NAMES.iter().copied())
+        .collect();
     assert_eq!(
         with_fields(AccessLogFormat::Text, &all, HEADERS, &forwarded(), &GET),
-        "200 \"api.example\" \"curl/8 \\\"x\\\"\\x0A\" - \"t1\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" \"GET\" \"/a/b\" \"x=1&y=\\\"2\\\"\" \"HTTP/1.1\" 127.0.0.1:9000 200 1.234 1.500 2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" 78 1234 1 \"forwarded\" - - - - -\n"
+        "\"api.example\" \"curl/8 \\\"x\\\"\\x0A\" - \"t1\" 2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" \"GET\" \"/a/b\" \"x=1&y=\\\"2\\\"\" \"HTTP/1.1\" 200 78 1234 1.500 127.0.0.1:9000 200 1.234 1 \"forwarded\" - - - - -\n"
     );
     // A refusal before the request line: `-` for the request, no upstream.
     let r = Record {
