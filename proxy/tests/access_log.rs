@@ -4,7 +4,7 @@ mod support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use support::*;
 
@@ -391,6 +391,61 @@ fn refusals_of_a_head_whose_request_line_was_fine_log_that_line() {
         line(3),
         (400, Null, Null, Null, Null),
         "a bad request line stays -"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn chosen_fields_with_captured_headers_allocate_nothing_per_request() {
+    const REQUESTS: usize = 2000;
+    let origin = Origin::start();
+    let path = log_path("fields-alloc");
+    let z = Zgix::start_json(&format!(
+        r#"{{"cpus":[0],"admin":{{"bind":"127.0.0.1:0"}},
+"access_log":{{"path":"{}","format":"json","fields":["time","host","user_agent","header:x-tenant","request","status","upstream_ms"]}},
+"listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}}],
+"clusters":{{"api":{{"endpoints":["{}"]}}}},"limits":{{"busy_poll_us":100000}}}}"#,
+        path.display(),
+        origin.addr()
+    ));
+    let request = |i: usize| {
+        format!(
+            "GET /a?i={i} HTTP/1.1\r\nHost: h{i}\r\nUser-Agent: ua/{i}\r\nX-Tenant: {}\r\n\r\n",
+            "t".repeat(i % 1000)
+        )
+    };
+    let mut client = Client::connect(z.addr());
+    for i in 0..20 {
+        assert_eq!(client.request(request(i).as_bytes()).status, 200);
+    }
+    let (busy, took) = allocation_window(&z, &mut client, REQUESTS, Duration::ZERO, request);
+    let (idle, _) = allocation_window(&z, &mut client, 0, took, request);
+    assert!(
+        busy <= idle + REQUESTS as u64 / 20,
+        "{REQUESTS} requests made {} more allocations than none ({busy} vs {idle})",
+        busy.saturating_sub(idle)
+    );
+    // The admin scrapes are logged too (without captured headers).
+    let want = format!("GET /a?i={} HTTP/1.1", REQUESTS - 1);
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let last = loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let found = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|v| v["request"] == want.as_str());
+        match found {
+            Some(v) => break v,
+            None if Instant::now() > deadline => panic!("no line for {want}"),
+            None => std::thread::yield_now(),
+        }
+    };
+    assert_eq!(last["host"], format!("h{}", REQUESTS - 1));
+    assert_eq!(last["user_agent"], format!("ua/{}", REQUESTS - 1));
+    assert_eq!(
+        last["header:x-tenant"].as_str().unwrap().len(),
+        512,
+        "capped"
     );
     let _ = std::fs::remove_file(&path);
 }
