@@ -233,7 +233,6 @@ fn put(out: &mut Vec<u8>, json: bool, v: Val<'_>) {
 }
 
 /// Appends one line of `fields` (with its newline) for `r` to `out`.
-#[allow(clippy::too_many_arguments)]
 pub fn write_fields(
     out: &mut Vec<u8>,
     format: AccessLogFormat,
@@ -266,7 +265,6 @@ pub fn write_fields(
     out.push(b'\n');
 }
 
-#[allow(clippy::too_many_arguments)]
 fn one(
     out: &mut Vec<u8>,
     json: bool,
