@@ -156,14 +156,14 @@ fn one_request_held(drain_ms: u64) -> (Proc, Client, TcpStream) {
 fn a_drain_cut_by_its_deadline_reports_it_and_exits_3() {
     let (mut zgix, _client, _held) = one_request_held(300);
     zgix.signal("TERM");
+    exits_3_saying(&mut zgix, "drain deadline passed: cut 1 connection(s)");
+}
+
+/// Waits for zgix to exit, asserting status 3 and `said` in its log.
+fn exits_3_saying(zgix: &mut Proc, said: &str) {
     let status = zgix.wait_exit();
     assert_eq!(status.code(), Some(3), "stderr:\n{}", zgix.stderr());
-    assert!(
-        zgix.stderr()
-            .contains("drain deadline passed: cut 1 connection(s)"),
-        "{}",
-        zgix.stderr()
-    );
+    assert!(zgix.stderr().contains(said), "{}", zgix.stderr());
 }
 
 #[test]
@@ -172,14 +172,7 @@ fn term_then_int_counts_what_it_cut() {
     zgix.signal("TERM");
     zgix.wait_log("signal TERM: draining", 1);
     zgix.signal("INT");
-    let status = zgix.wait_exit();
-    assert_eq!(status.code(), Some(3), "stderr:\n{}", zgix.stderr());
-    assert!(
-        zgix.stderr()
-            .contains("cut 1 connection(s), 1 request(s) in flight"),
-        "{}",
-        zgix.stderr()
-    );
+    exits_3_saying(&mut zgix, "cut 1 connection(s), 1 request(s) in flight");
 }
 
 #[test]
