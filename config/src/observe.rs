@@ -82,6 +82,115 @@ pub struct AccessLog {
     /// them; a line that does not fit is dropped and counted.
     #[serde(default = "default_buffer_bytes")]
     pub buffer_bytes: usize,
+    /// The fields of a line, in order (see [`AccessLogField::parse`]);
+    /// absent: the default line, unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
+}
+
+/// Most entries of `access_log.fields`.
+pub const MAX_ACCESS_LOG_FIELDS: usize = 64;
+/// Most fields of `access_log.fields` that capture a request header
+/// (`host`, `user_agent`, `referer` and every `header:NAME`).
+pub const MAX_ACCESS_LOG_HEADER_FIELDS: usize = 16;
+/// Longest header name in `header:NAME`.
+pub const MAX_ACCESS_LOG_HEADER_NAME_BYTES: usize = 64;
+/// Bytes of a header value kept for the log; the rest is cut.
+pub const ACCESS_LOG_HEADER_VALUE_CAP: usize = 512;
+
+/// One field of `access_log.fields`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogField {
+    /// A field of the fixed set, by its name (`"status"`).
+    Named(&'static str),
+    /// A request header's value; `host`, `user_agent` and `referer` are
+    /// `Header("host")`, `Header("user-agent")`, `Header("referer")` under
+    /// their own names. The name is lowercase.
+    Header {
+        /// What the field is called in the line (`"host"`, `"header:x-a"`).
+        key: String,
+        /// The header name, lowercase.
+        name: String,
+    },
+}
+
+/// The fixed field names of `access_log.fields`, in the order docs/config.md lists them.
+pub const ACCESS_LOG_FIELD_NAMES: &[&str] = &[
+    "time",
+    "client",
+    "peer",
+    "listener",
+    "request",
+    "method",
+    "path",
+    "query",
+    "protocol",
+    "status",
+    "bytes_in",
+    "bytes_out",
+    "duration_ms",
+    "upstream_addr",
+    "upstream_status",
+    "upstream_ms",
+    "retries",
+    "decision",
+    "tls_version",
+    "tls_cipher",
+    "sni",
+    "tls_resumed",
+    "request_id",
+];
+
+/// The fields that name a request header by a plain name.
+const HEADER_ALIASES: &[(&str, &str)] = &[
+    ("host", "host"),
+    ("user_agent", "user-agent"),
+    ("referer", "referer"),
+];
+
+impl AccessLogField {
+    /// Parses one entry of `access_log.fields`, or says why it is not one.
+    pub fn parse(s: &str) -> Result<AccessLogField, String> {
+        if let Some(&n) = ACCESS_LOG_FIELD_NAMES.iter().find(|&&n| n == s) {
+            return Ok(AccessLogField::Named(n));
+        }
+        if let Some(&(key, name)) = HEADER_ALIASES.iter().find(|(k, _)| *k == s) {
+            return Ok(AccessLogField::Header {
+                key: key.into(),
+                name: name.into(),
+            });
+        }
+        if let Some(name) = s.strip_prefix("header:") {
+            let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty()
+                || name.len() > MAX_ACCESS_LOG_HEADER_NAME_BYTES
+                || !name.bytes().all(tchar)
+            {
+                return Err(format!(
+                    "\"{s}\": a header name is 1 to {MAX_ACCESS_LOG_HEADER_NAME_BYTES} token characters (RFC 9110 §5.6.2)"
+                ));
+            }
+            let name = name.to_ascii_lowercase();
+            // `header:host` is the `host` field under another name.
+            let key = HEADER_ALIASES
+                .iter()
+                .find(|(_, n)| *n == name)
+                .map_or_else(|| format!("header:{name}"), |(k, _)| (*k).into());
+            return Ok(AccessLogField::Header { key, name });
+        }
+        Err(format!(
+            "unknown field \"{s}\"; the fields are {}, host, user_agent, referer and header:NAME",
+            ACCESS_LOG_FIELD_NAMES.join(", ")
+        ))
+    }
+
+    /// What the field is called in a line; two entries with one key are duplicates.
+    pub fn key(&self) -> &str {
+        match self {
+            AccessLogField::Named(n) => n,
+            AccessLogField::Header { key, .. } => key,
+        }
+    }
 }
 
 fn default_query() -> bool {

@@ -85,6 +85,26 @@ fn ready_reloading_and_ready_again_with_the_outcome() {
             && m.ends_with("\nREADY=1"),
         "{m}"
     );
+    // A file `--check` passes but the reload rejects (its new listener's
+    // address is taken): the same READY=1, which systemd takes as a finished
+    // reload; no released sd_notify message fails one (docs/operations.md).
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = with_test_defaults(&format!(
+        r#"{{"cpus":[0],"listeners":[{{"bind":"127.0.0.1:0","http":{{"cluster":"api"}}}},
+            {{"bind":"{}","http":{{"cluster":"api"}}}}],
+            "clusters":{{"api":{{"endpoints":["{}"]}}}}}}"#,
+        taken.local_addr().unwrap(),
+        origin.addr()
+    ));
+    std::fs::write(&config.path, &busy).unwrap();
+    let check = run_zgix(&["--check", "--config", &config.path.to_string_lossy()]);
+    assert_eq!(check.status.code(), Some(0), "{}", check.stderr);
+    kill("-HUP");
+    assert!(next(&sock).starts_with("RELOADING=1\nMONOTONIC_USEC="));
+    assert_eq!(
+        next(&sock),
+        "STATUS=reload rejected (cannot bind); serving generation 2\nREADY=1"
+    );
     kill("-TERM");
     assert_eq!(next(&sock), "STOPPING=1");
     let _ = child.wait();

@@ -135,30 +135,44 @@ fn one_request(addr: SocketAddr) -> Result<(), String> {
     }
 }
 
-#[test]
-fn a_drain_cut_by_its_deadline_reports_it_and_exits_3() {
-    // An origin that accepts and never answers.
+/// A zgix with a drain timeout of `drain_ms` and one request in flight to
+/// an origin that accepts and never answers (the client, the origin side).
+fn one_request_held(drain_ms: u64) -> (Proc, Client, TcpStream) {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let origin = silent.local_addr().unwrap();
     let json = format!(
         r#"{{"cpus": [0], "listeners": [{{"bind": "127.0.0.1:0", "http": {{"cluster": "c"}}}}],
             "clusters": {{"c": {{"endpoints": ["{origin}"]}}}},
-            "limits": {{"drain_timeout_ms": 300, "upstream_header_timeout_ms": 30000}}}}"#
+            "limits": {{"drain_timeout_ms": {drain_ms}, "upstream_header_timeout_ms": 30000}}}}"#
     );
-    let mut zgix = Proc::start(&json, &[]);
-    let addr = zgix.listeners()[0];
-    let mut client = Client::connect(addr);
+    let zgix = Proc::start(&json, &[]);
+    let mut client = Client::connect(zgix.listeners()[0]);
     client.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
-    let (_held, _) = silent.accept().expect("zgix connects to the origin");
+    let (held, _) = silent.accept().expect("zgix connects to the origin");
+    (zgix, client, held)
+}
+
+#[test]
+fn a_drain_cut_by_its_deadline_reports_it_and_exits_3() {
+    let (mut zgix, _client, _held) = one_request_held(300);
     zgix.signal("TERM");
+    exits_3_saying(&mut zgix, "drain deadline passed: cut 1 connection(s)");
+}
+
+/// Waits for zgix to exit, asserting status 3 and `said` in its log.
+fn exits_3_saying(zgix: &mut Proc, said: &str) {
     let status = zgix.wait_exit();
     assert_eq!(status.code(), Some(3), "stderr:\n{}", zgix.stderr());
-    assert!(
-        zgix.stderr()
-            .contains("drain deadline passed: cut 1 connection(s)"),
-        "{}",
-        zgix.stderr()
-    );
+    assert!(zgix.stderr().contains(said), "{}", zgix.stderr());
+}
+
+#[test]
+fn term_then_int_counts_what_it_cut() {
+    let (mut zgix, _client, _held) = one_request_held(30_000);
+    zgix.signal("TERM");
+    zgix.wait_log("signal TERM: draining", 1);
+    zgix.signal("INT");
+    exits_3_saying(&mut zgix, "cut 1 connection(s), 1 request(s) in flight");
 }
 
 #[test]

@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use super::Validator;
 use crate::observe::{
-    Admin, ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_ADMIN_MAX_CONNECTIONS,
-    MAX_ADMIN_TIMEOUT_MS, MAX_ADMIN_TOKEN_BYTES, MAX_LISTENER_NAME_BYTES,
-    MIN_ACCESS_LOG_BUFFER_BYTES, MIN_ADMIN_TIMEOUT_MS, MIN_ADMIN_TOKEN_BYTES,
+    AccessLogField, Admin, ServerHeader, MAX_ACCESS_LOG_BUFFER_BYTES, MAX_ACCESS_LOG_FIELDS,
+    MAX_ACCESS_LOG_HEADER_FIELDS, MAX_ADMIN_MAX_CONNECTIONS, MAX_ADMIN_TIMEOUT_MS,
+    MAX_ADMIN_TOKEN_BYTES, MAX_LISTENER_NAME_BYTES, MIN_ACCESS_LOG_BUFFER_BYTES,
+    MIN_ADMIN_TIMEOUT_MS, MIN_ADMIN_TOKEN_BYTES,
 };
 
 /// Longest `server_header` value; a product token and version, not a banner.
@@ -47,6 +48,47 @@ impl Validator<'_> {
         }
     }
 
+    /// `access_log.fields`: known names, header names that are tokens, no
+    /// duplicates, within the caps; every entry's error reported.
+    fn access_log_fields(&mut self, fields: &[String]) {
+        if fields.is_empty() || fields.len() > MAX_ACCESS_LOG_FIELDS {
+            self.err(
+                "access_log.fields",
+                format!(
+                    "must name 1 to {MAX_ACCESS_LOG_FIELDS} fields, got {}; omit it for the default line",
+                    fields.len()
+                ),
+            );
+        }
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut headers = 0;
+        for (i, f) in fields.iter().enumerate() {
+            let path = format!("access_log.fields[{i}]");
+            match AccessLogField::parse(f) {
+                Err(e) => self.err(&path, e),
+                Ok(field) => {
+                    if matches!(field, AccessLogField::Header { .. }) {
+                        headers += 1;
+                        if headers == MAX_ACCESS_LOG_HEADER_FIELDS + 1 {
+                            self.err(
+                                &path,
+                                format!("more than {MAX_ACCESS_LOG_HEADER_FIELDS} header fields (host, user_agent, referer, header:NAME)"),
+                            );
+                        }
+                    }
+                    if let Some(j) = seen.get(field.key()) {
+                        self.err(
+                            &path,
+                            format!("\"{}\" is already at access_log.fields[{j}]", field.key()),
+                        );
+                    } else {
+                        seen.insert(field.key().to_owned(), i);
+                    }
+                }
+            }
+        }
+    }
+
     pub(super) fn observability(&mut self) {
         let config = self.config;
         if let Some(log) = &config.access_log {
@@ -61,6 +103,9 @@ impl Validator<'_> {
                 MIN_ACCESS_LOG_BUFFER_BYTES,
                 MAX_ACCESS_LOG_BUFFER_BYTES,
             );
+            if let Some(fields) = &log.fields {
+                self.access_log_fields(fields);
+            }
         }
         if let Some(ServerHeader::Name(n)) = &config.server_header {
             // RFC 9110 §10.2.4: product tokens and comments, visible ASCII and spaces.

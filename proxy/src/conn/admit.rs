@@ -62,7 +62,7 @@ impl Conn {
         let t0 = self.shard.driver.now();
         self.begin_record(x);
         let next = self.admit_and_route(x, t0).await;
-        self.end_record(x, t0);
+        self.end_record(x, t0, next);
         x.rate_fields.clear();
         next
     }
@@ -293,6 +293,13 @@ impl Conn {
             .request_id
             .choose(self.shard.rt.listeners[li].request_id, client_ids);
         x.rec.h2 = h2;
+        if let Some(log) = &self.shard.access_log {
+            let hs = x.req.headers.iter();
+            (x.rec_headers).capture(
+                log.captures(),
+                hs.map(|h| (h.name.get(base), h.value.get(base))),
+            );
+        }
         x.rec_method.clear();
         x.rec_method.extend_from_slice(x.req.method_span.get(base));
         x.rec_query.clear();
@@ -306,16 +313,20 @@ impl Conn {
 
     /// Counts the request's duration under its decision and writes its
     /// access-log line. `base` is gone by now: the record carries its copies.
-    pub(super) fn end_record(&mut self, x: &mut Exchange, t0: std::time::Instant) {
+    pub(super) fn end_record(&mut self, x: &mut Exchange, t0: std::time::Instant, next: Next) {
         let shard = self.shard.clone();
         let (rx, tx) = (self.client.bytes_read(), self.client.bytes_written());
         let li = self.li;
         x.rec.duration_us = shard.driver.now().saturating_duration_since(t0).as_micros() as u64;
         // Bytes of this request: what was read since its head began, minus
-        // what is left for the next one.
-        x.rec.bytes_in = rx
-            .saturating_sub(x.rec_rx0)
-            .saturating_sub(x.cl.pending() as u64);
+        // what is left for the next one. A refusal closes with its own head
+        // still buffered (unconsumed): there is no next request, all of it counts.
+        let left = if next == Next::Close {
+            0
+        } else {
+            x.cl.pending() as u64
+        };
+        x.rec.bytes_in = rx.saturating_sub(x.rec_rx0).saturating_sub(left);
         x.rec.bytes_out = tx - x.rec_tx0;
         shard
             .counters
@@ -327,12 +338,13 @@ impl Conn {
                 query: x.rec_has_query.then_some(&x.rec_query[..]),
                 sni: self.client.log_facts().1,
             };
-            log.emit(&*shard.rt, &x.rec, &t);
+            log.emit_with(&*shard.rt, &x.rec, &t, &x.rec_headers);
         }
     }
 
-    /// Logs a request refused before it parsed (400-class, 408): no method,
-    /// path or query to show.
+    /// Logs a request refused before its head parsed (400-class, 408): the
+    /// request line is shown when it was whole and well formed (a 413, 431
+    /// or CL+TE refusal of a head whose first line was fine), else `-`.
     pub(super) fn record_unparsed(&mut self, x: &mut Exchange, decision: Decision, tx0: u64) {
         let shard = self.shard.clone();
         let (li, ip, peer) = (self.li, self.ip, self.peer);
@@ -348,11 +360,41 @@ impl Conn {
         x.rec.bytes_out = tx - tx0;
         shard.counters.request_done(li, decision, 1);
         if let Some(log) = &shard.access_log {
+            let line = request_line(x.cl.bytes());
+            x.rec.version = line.map(|l| l.2);
+            let (method, target) = line.map_or((&b""[..], &b""[..]), |l| (l.0, l.1));
+            let (path, query) = match target.iter().position(|&b| b == b'?') {
+                Some(q) => (&target[..q], Some(&target[q + 1..])),
+                None => (target, None),
+            };
             let t = crate::observe::access_log::Target {
+                method,
+                path,
+                query,
                 sni,
-                ..Default::default()
             };
             log.emit(&*shard.rt, &x.rec, &t);
         }
     }
+}
+
+/// The method, raw target and version of `head`'s first line when that
+/// line is complete and well formed (`METHOD SP target SP HTTP/1.x CRLF`).
+fn request_line(head: &[u8]) -> Option<(&[u8], &[u8], Version)> {
+    let end = head.iter().position(|&b| b == b'\n')?;
+    let line = head[..end].strip_suffix(b"\r")?;
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let version = match version {
+        b"HTTP/1.1" => Version::Http11,
+        b"HTTP/1.0" => Version::Http10,
+        _ => return None,
+    };
+    let ok = parts.next().is_none()
+        && !method.is_empty()
+        && method.iter().all(tchar)
+        && !target.is_empty()
+        && target.iter().all(u8::is_ascii_graphic);
+    ok.then_some((method, target, version))
 }

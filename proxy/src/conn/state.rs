@@ -162,6 +162,8 @@ pub struct Exchange {
     pub(super) rec_method: Vec<u8>,
     pub(super) rec_query: Vec<u8>,
     pub(super) rec_has_query: bool,
+    /// The request headers `access_log.fields` asks for.
+    pub(super) rec_headers: crate::observe::access_log::Captured,
     pub(super) rec_rx0: u64,
     pub(super) rec_tx0: u64,
     pub(super) walk: Walk,
@@ -200,6 +202,7 @@ impl Exchange {
             rec_method: Vec::with_capacity(16),
             rec_query: Vec::new(),
             rec_has_query: false,
+            rec_headers: Default::default(),
             rec_rx0: 0,
             rec_tx0: 0,
             walk: rt.listeners[li]

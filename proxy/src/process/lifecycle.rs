@@ -14,6 +14,9 @@ pub struct Lifecycle {
     /// Requests and connections still open when the drain deadline passed.
     pub cut_requests: AtomicU64,
     pub cut_connections: AtomicU64,
+    /// Set by a second drain signal: each shard counts what it holds into
+    /// `cut_*` now, without waiting for the deadline, and stops.
+    pub cut_now: AtomicBool,
     /// Set once every shard accepts on its first generation (`/ready`).
     pub ready: AtomicBool,
     /// Set when the listening sockets went to a new process (`--upgrade`):
@@ -32,6 +35,7 @@ pub static LIFECYCLE: Lifecycle = Lifecycle {
     draining: AtomicBool::new(false),
     cut_requests: AtomicU64::new(0),
     cut_connections: AtomicU64::new(0),
+    cut_now: AtomicBool::new(false),
     ready: AtomicBool::new(false),
     handed_off: AtomicBool::new(false),
     endpoint_changes: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
@@ -41,6 +45,18 @@ pub static LIFECYCLE: Lifecycle = Lifecycle {
 /// Exit status when the drain deadline cut a request or a connection
 /// (documented in docs/lifecycle.md and `zgix --help`).
 pub const EXIT_DRAIN_CUT: i32 = 3;
+
+/// A second drain signal: asks the shards to count what they still hold
+/// into `cut_*` and stop, and waits (at most a second) until they did.
+pub fn cut_now(live: &std::sync::atomic::AtomicUsize) {
+    LIFECYCLE
+        .cut_now
+        .store(true, std::sync::atomic::Ordering::Release);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while live.load(std::sync::atomic::Ordering::Acquire) > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
 
 /// Appends the lifecycle series in the Prometheus text format 0.0.4.
 pub fn render(out: &mut String) {

@@ -292,6 +292,7 @@ fn drain(mut server: Server, signals: &Signals, control: ControlThread, live: &A
         if let Some(Signal::Drain(_)) = signals.wait(Duration::from_millis(20)) {
             crate::log_info!("server", "second signal: exiting now");
             forced = true;
+            crate::process::lifecycle::cut_now(live);
             break;
         }
     }

@@ -347,14 +347,7 @@ pub async fn run(
             g.pool.clear();
         }
         let cur = local.current();
-        let gate = cur.gate.clone();
-        let finished = driver
-            .timeout(cur.rt.timeouts.drain, async {
-                let _ = gate.close().await;
-            })
-            .await
-            .is_some();
-        if !finished {
+        if !drained(&driver, &cur).await {
             let l = &crate::process::lifecycle::LIFECYCLE;
             l.cut_requests
                 .fetch_add(cur.in_flight.get() as u64, Ordering::AcqRel);
@@ -365,6 +358,36 @@ pub async fn run(
     local.stop_accepting();
     driver.stop();
     driver_task.await;
+}
+
+/// How often a draining shard looks at [`Lifecycle::cut_now`] (a second
+/// drain signal); polled only while draining.
+///
+/// [`Lifecycle::cut_now`]: crate::process::lifecycle::Lifecycle::cut_now
+const CUT_POLL: Duration = Duration::from_millis(10);
+
+/// Waits until every connection of `cur` closed (true), the drain timeout
+/// passed or a second drain signal asked to cut now (false).
+async fn drained(driver: &Rc<Driver>, cur: &Shard) -> bool {
+    let gate = cur.gate.clone();
+    let deadline = driver.now() + cur.rt.timeouts.drain;
+    let mut close = std::pin::pin!(async move {
+        let _ = gate.close().await;
+    });
+    loop {
+        let now = driver.now();
+        if now >= deadline
+            || crate::process::lifecycle::LIFECYCLE
+                .cut_now
+                .load(Ordering::Acquire)
+        {
+            return false;
+        }
+        let wait = (deadline - now).min(CUT_POLL);
+        if driver.timeout(wait, close.as_mut()).await.is_some() {
+            return true;
+        }
+    }
 }
 
 /// Starts the active health checks of `shard`'s runtime on shard 0 (an

@@ -174,3 +174,46 @@ fn admin_keys_default_and_every_bad_value_is_reported() {
         Some("s3cr3t-t0ken-0123456789")
     );
 }
+
+#[test]
+fn access_log_fields_are_checked_each_with_its_path() {
+    let c = load(&with(&[(
+        "/access_log",
+        json!({"path": "-", "fields": ["time", "host", "header:X-Tenant", "status"]}),
+    )]))
+    .unwrap();
+    assert_eq!(
+        c.access_log.unwrap().fields.unwrap(),
+        ["time", "host", "header:X-Tenant", "status"]
+    );
+    let e = errs(&[(
+        "/access_log",
+        json!({"path": "-", "fields": ["status", "stauts", "header:", "header:a b",
+                                       "host", "header:Host", "status", "header:x-a"]}),
+    )]);
+    assert_eq!(e.len(), 5, "{e:?}");
+    assert!(
+        e[0].starts_with(
+            "access_log.fields[1]: unknown field \"stauts\"; the fields are time, client,"
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e[1..],
+        [
+            "access_log.fields[2]: \"header:\": a header name is 1 to 64 token characters (RFC 9110 §5.6.2)",
+            "access_log.fields[3]: \"header:a b\": a header name is 1 to 64 token characters (RFC 9110 §5.6.2)",
+            "access_log.fields[5]: \"host\" is already at access_log.fields[4]",
+            "access_log.fields[6]: \"status\" is already at access_log.fields[0]",
+        ]
+    );
+    one(
+        &[("/access_log", json!({"path": "-", "fields": []}))],
+        "access_log.fields: must name 1 to 64 fields, got 0; omit it for the default line",
+    );
+    let many: Vec<String> = (0..17).map(|i| format!("header:x-{i}")).collect();
+    one(
+        &[("/access_log", json!({"path": "-", "fields": many}))],
+        "access_log.fields[16]: more than 16 header fields (host, user_agent, referer, header:NAME)",
+    );
+}

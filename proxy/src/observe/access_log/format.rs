@@ -31,7 +31,7 @@ pub fn write_line(
     out.push(b'\n');
 }
 
-fn filter_name<'a>(rt: &'a dyn Names, r: &Record) -> Option<&'a str> {
+pub(super) fn filter_name<'a>(rt: &'a dyn Names, r: &Record) -> Option<&'a str> {
     match r.decision {
         Decision::Filter(i) => rt.filter_name(r.listener, i),
         _ => None,
@@ -39,7 +39,7 @@ fn filter_name<'a>(rt: &'a dyn Names, r: &Record) -> Option<&'a str> {
 }
 
 /// Milliseconds with microsecond precision: `12.345`.
-fn ms(out: &mut Vec<u8>, us: u64) {
+pub(super) fn ms(out: &mut Vec<u8>, us: u64) {
     let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
 }
 
@@ -61,15 +61,7 @@ fn text(
     if t.method.is_empty() {
         out.push(b'-');
     } else {
-        escape_text(out, t.method);
-        out.push(b' ');
-        escape_text(out, t.path);
-        if let (true, Some(q)) = (query, t.query) {
-            out.push(b'?');
-            escape_text(out, q);
-        }
-        out.push(b' ');
-        out.extend_from_slice(r.protocol().unwrap_or("-").as_bytes());
+        request_text(out, query, r, t, escape_text);
     }
     let _ = write!(out, "\" {} {} {} ", r.status, r.bytes_in, r.bytes_out);
     ms(out, r.duration_us);
@@ -112,6 +104,25 @@ fn text(
     }
 }
 
+/// The request line as logged, each part through `escape`: `GET /p?q HTTP/1.1`.
+pub(super) fn request_text(
+    out: &mut Vec<u8>,
+    query: bool,
+    r: &Record,
+    t: &Target<'_>,
+    escape: fn(&mut Vec<u8>, &[u8]),
+) {
+    escape(out, t.method);
+    out.push(b' ');
+    escape(out, t.path);
+    if let (true, Some(q)) = (query, t.query) {
+        out.push(b'?');
+        escape(out, q);
+    }
+    out.push(b' ');
+    out.extend_from_slice(r.protocol().unwrap_or("-").as_bytes());
+}
+
 fn listener_name<'a>(rt: &'a dyn Names, r: &Record) -> &'a str {
     rt.listener_name(r.listener).unwrap_or("-")
 }
@@ -122,7 +133,7 @@ fn quoted(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
 }
 
-fn escape_text(out: &mut Vec<u8>, s: &[u8]) {
+pub(super) fn escape_text(out: &mut Vec<u8>, s: &[u8]) {
     for &b in s {
         match b {
             b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
@@ -137,7 +148,7 @@ fn escape_text(out: &mut Vec<u8>, s: &[u8]) {
 /// Escapes, in place, what was appended to `out` since `at` (a decision
 /// string: at most 128 bytes of filter name plus a prefix), through a copy
 /// on the stack.
-fn escape_tail(out: &mut Vec<u8>, at: usize, escape: fn(&mut Vec<u8>, &[u8])) {
+pub(super) fn escape_tail(out: &mut Vec<u8>, at: usize, escape: fn(&mut Vec<u8>, &[u8])) {
     let mut tmp = [0u8; 512];
     let n = (out.len() - at).min(tmp.len());
     tmp[..n].copy_from_slice(&out[at..at + n]);
@@ -230,7 +241,7 @@ fn json_str(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
 }
 
-fn escape_json(out: &mut Vec<u8>, s: &[u8]) {
+pub(super) fn escape_json(out: &mut Vec<u8>, s: &[u8]) {
     let utf8 = std::str::from_utf8(s).is_ok();
     for &b in s {
         match b {

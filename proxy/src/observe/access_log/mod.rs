@@ -10,6 +10,7 @@
 //! half full, and reopens the file when asked ([`AccessLog::reopen`], on
 //! SIGUSR1) so rotation works the way it does for nginx.
 
+mod fields;
 mod format;
 mod ring;
 
@@ -24,6 +25,7 @@ use std::time::Duration;
 use zgix_config::AccessLogFormat;
 use zgix_parser::Version;
 
+pub use fields::{write_fields, Captured, Fields};
 pub use format::{write_line, ESCAPE_GROWTH, LINE_OVERHEAD};
 pub use ring::Ring;
 
@@ -195,6 +197,8 @@ struct Shared {
     path: String,
     format: AccessLogFormat,
     query: bool,
+    /// `access_log.fields`, compiled; `None`: the default line.
+    fields: Option<Fields>,
     rings: Vec<Arc<Ring>>,
     reopen: AtomicBool,
     stop: AtomicBool,
@@ -223,12 +227,14 @@ impl AccessLog {
     /// Opens the log (failing at start-up, not later, if the file cannot be
     /// opened) and starts the writer thread for `shards` rings.
     pub fn start(cfg: &zgix_config::AccessLog, shards: usize) -> Result<AccessLog, String> {
+        let fields = cfg.fields.as_deref().map(Fields::compile).transpose()?;
         let out = Output::open(&cfg.path)
             .map_err(|e| format!("access_log.path: cannot open {}: {e}", cfg.path))?;
         let shared = Arc::new(Shared {
             path: cfg.path.clone(),
             format: cfg.format,
             query: cfg.query,
+            fields,
             rings: (0..shards)
                 .map(|_| Arc::new(Ring::new(cfg.buffer_bytes)))
                 .collect(),
@@ -257,11 +263,18 @@ impl AccessLog {
         counters: Arc<ShardCounters>,
         max_request_line: usize,
     ) -> ShardLog {
+        // A field list may hold the request line twice (`request`, and
+        // `method` `path` `query`) and captured headers.
+        let extra = self
+            .shared
+            .fields
+            .as_ref()
+            .map_or(0, |f| f.room() + max_request_line * ESCAPE_GROWTH);
         ShardLog {
             shared: self.shared.clone(),
             ring: self.shared.rings[id].clone(),
             line: std::cell::RefCell::new(Vec::with_capacity(
-                max_request_line * ESCAPE_GROWTH + LINE_OVERHEAD,
+                max_request_line * ESCAPE_GROWTH + LINE_OVERHEAD + extra,
             )),
             cache: SecondCache::new(),
             counters,
@@ -342,9 +355,21 @@ impl ShardLog {
         rt.logs(listener)
     }
 
+    /// The request headers `access_log.fields` asks for (lowercase), for
+    /// [`Captured::capture`]; empty for the default line.
+    pub fn captures(&self) -> &[Box<[u8]>] {
+        self.shared.fields.as_ref().map_or(&[], |f| f.headers())
+    }
+
+    /// [`ShardLog::emit_with`] for a request whose headers are not at hand.
+    pub fn emit(&self, rt: &dyn Names, r: &Record, t: &Target<'_>) {
+        static NONE: Captured = Captured::new();
+        self.emit_with(rt, r, t, &NONE)
+    }
+
     /// Formats and queues one line; drops and counts it when the ring is
     /// full. Allocation-free: the line buffer is sized for the longest line.
-    pub fn emit(&self, rt: &dyn Names, r: &Record, t: &Target<'_>) {
+    pub fn emit_with(&self, rt: &dyn Names, r: &Record, t: &Target<'_>, c: &Captured) {
         if !self.wants(rt, r.listener) {
             return;
         }
@@ -353,7 +378,10 @@ impl ShardLog {
         };
         line.clear();
         let s = &self.shared;
-        write_line(&mut line, s.format, s.query, rt, &self.cache, r, t);
+        match &s.fields {
+            None => write_line(&mut line, s.format, s.query, rt, &self.cache, r, t),
+            Some(f) => write_fields(&mut line, s.format, s.query, f, rt, &self.cache, (r, t, c)),
+        }
         if self.ring.push(&line) {
             self.counters.access_log_lines.inc();
             if self.ring.len() * 2 > self.ring.capacity() {

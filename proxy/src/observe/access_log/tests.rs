@@ -224,6 +224,7 @@ fn detached(rt: &Runtime) -> (AccessLog, ShardLog) {
         path: cfg.path.clone(),
         format: cfg.format,
         query: cfg.query,
+        fields: None,
         rings: vec![Arc::new(Ring::new(cfg.buffer_bytes))],
         reopen: AtomicBool::new(false),
         stop: AtomicBool::new(false),
@@ -329,5 +330,149 @@ fn an_unopenable_path_fails_at_start() {
     assert!(
         err.starts_with("access_log.path: cannot open /nonexistent/dir/a.log: "),
         "{err}"
+    );
+}
+
+fn with_fields(
+    format: AccessLogFormat,
+    names: &[&str],
+    headers: &[(&[u8], &[u8])],
+    r: &Record,
+    t: &Target,
+) -> String {
+    let rt = runtime(|_| {});
+    let names: Vec<String> = names.iter().map(|&n| n.into()).collect();
+    let f = Fields::compile(&names).unwrap();
+    let mut c = Captured::new();
+    c.capture(f.headers(), headers.iter().copied());
+    let mut out = Vec::new();
+    write_fields(
+        &mut out,
+        format,
+        true,
+        &f,
+        &rt,
+        &SecondCache::new(),
+        (r, t, &c),
+    );
+    String::from_utf8(out).unwrap()
+}
+
+const HEADERS: &[(&[u8], &[u8])] = &[
+    (b"Host", b"api.example"),
+    (b"User-Agent", b"curl/8 \"x\"\n"),
+    (b"X-Tenant", b"t1"),
+    (b"x-tenant", b"t2"),
+];
+
+#[test]
+fn fields_choose_and_order_the_text_line() {
+    // The headers first, then every named field in its documented order.
+    let all: Vec<&str> = ["host", "user_agent", "referer", "header:X-Tenant"]
+        .into_iter()
+        .chain(zgix_config::ACCESS_LOG_FIELD_NAMES.iter().copied())
+        .collect();
+    assert_eq!(
+        with_fields(AccessLogFormat::Text, &all, HEADERS, &forwarded(), &GET),
+        "\"api.example\" \"curl/8 \\\"x\\\"\\x0A\" - \"t1\" 2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" \"GET\" \"/a/b\" \"x=1&y=\\\"2\\\"\" \"HTTP/1.1\" 200 78 1234 1.500 127.0.0.1:9000 200 1.234 1 \"forwarded\" - - - - -\n"
+    );
+    // A refusal before the request line: `-` for the request, no upstream.
+    let r = Record {
+        status: 400,
+        version: None,
+        upstream: None,
+        upstream_us: None,
+        ..forwarded()
+    };
+    assert_eq!(
+        with_fields(
+            AccessLogFormat::Text,
+            &["request", "upstream_status", "host"],
+            &[],
+            &r,
+            &Target::default()
+        ),
+        "- - -\n"
+    );
+}
+
+#[test]
+fn fields_in_json_are_strict_and_capped() {
+    let long = vec![b'a'; 2000];
+    let headers: &[(&[u8], &[u8])] = &[(b"referer", b"\x01\xff\""), (b"x-long", &long)];
+    let r = Record {
+        tls: Some(crate::observe::access_log::TlsFacts {
+            version: "TLSv1.3",
+            cipher: "TLS13_AES_128_GCM_SHA256",
+            resumed: false,
+        }),
+        ..forwarded()
+    };
+    let l = with_fields(
+        AccessLogFormat::Json,
+        &[
+            "time",
+            "referer",
+            "header:x-long",
+            "host",
+            "request",
+            "tls_resumed",
+            "status",
+            "upstream_ms",
+        ],
+        headers,
+        &r,
+        &GET,
+    );
+    let v = parsed(&l);
+    assert_eq!(v["time"], "2027-01-01T00:00:00.042Z");
+    assert_eq!(v["referer"], "\u{1}\u{ff}\"");
+    assert_eq!(v["header:x-long"].as_str().unwrap().len(), 512, "capped");
+    assert_eq!(v["host"], serde_json::Value::Null);
+    assert_eq!(v["request"], "GET /a/b?x=1&y=\"2\" HTTP/1.1");
+    assert_eq!(v["tls_resumed"], false);
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["upstream_ms"], 1.234);
+    assert_eq!(v.as_object().unwrap().len(), 8);
+    // The keys come in the configured order.
+    assert!(l.starts_with("{\"time\":"), "{l}");
+}
+
+#[test]
+fn capturing_reuses_one_buffer_and_keeps_the_first_value() {
+    let names: Vec<String> = vec!["header:x-tenant".into(), "host".into()];
+    let f = Fields::compile(&names).unwrap();
+    let mut c = Captured::new();
+    c.capture(f.headers(), HEADERS.iter().copied());
+    assert_eq!(c.get(0), Some(&b"t1"[..]));
+    assert_eq!(c.get(1), Some(&b"api.example"[..]));
+    let cap = c.buf.capacity();
+    let long = vec![b'z'; 5000];
+    for _ in 0..3 {
+        c.capture(
+            f.headers(),
+            [(&b"X-Tenant"[..], &long[..]), (b"host", &long[..])].into_iter(),
+        );
+    }
+    assert_eq!(c.get(0).unwrap().len(), 512);
+    assert_eq!(c.buf.capacity(), cap, "no growth after the first request");
+    c.capture(f.headers(), std::iter::empty());
+    assert_eq!((c.get(0), c.get(1)), (None, None));
+}
+
+#[test]
+fn no_fields_keep_the_default_line_byte_for_byte() {
+    let rt = runtime(|_| {});
+    let (log, shard) = detached(&rt);
+    assert!(shard.captures().is_empty());
+    shard.emit(&rt, &forwarded(), &GET);
+    let mut got = Vec::new();
+    log.shared.rings[0].drain(|a, b| {
+        got.extend_from_slice(a);
+        got.extend_from_slice(b);
+    });
+    assert_eq!(
+        String::from_utf8(got).unwrap(),
+        "2027-01-01T00:00:00.042Z 192.0.2.7 10.0.0.1:40000 \"public\" \"GET /a/b?x=1&y=\\\"2\\\" HTTP/1.1\" 200 78 1234 1.500 \"127.0.0.1:9000\" 1.234 1 \"forwarded\" - - - - -\n"
     );
 }
