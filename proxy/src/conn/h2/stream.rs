@@ -1,4 +1,4 @@
-//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2), sent as the stream's flow-control window allows.
+//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2; a 1xx interim answer becomes an informational HEADERS, §8.1), sent as the stream's flow-control window allows.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -402,7 +402,13 @@ impl Writer {
                     Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "bad answer")),
                 }
                 if self.resp.status < 200 {
-                    // Interim answers are not relayed on HTTP/2.
+                    // An interim answer is an informational HEADERS (RFC 9113
+                    // §8.1); 101 has no place on HTTP/2 (§8.6) and is dropped.
+                    if self.resp.status != 101 {
+                        let info = self.response()?;
+                        let respond = self.respond.as_mut().ok_or_else(closed)?;
+                        respond.send_informational(info).map_err(gone)?;
+                    }
                     self.head.drain(..self.resp.head_len);
                     continue;
                 }
