@@ -12,6 +12,7 @@
 //! GOAWAY `ENHANCE_YOUR_CALM` (CVE-2023-44487).
 
 mod frames;
+mod inbound;
 mod io;
 mod stream;
 
@@ -75,7 +76,7 @@ enum Event {
     /// A stream ended; `true`: the client reset it before its answer.
     StreamDone(bool),
     Drain,
-    Flood(frames::Flood),
+    Refuse(inbound::Verdict),
     Closed,
     Failed(::h2::Error),
 }
@@ -250,8 +251,8 @@ impl Parent<'_> {
         let mut rapid = false;
         loop {
             let ev = poll_fn(|cx| {
-                if let (Some(f), false) = (shared.flood.get(), rapid) {
-                    return Poll::Ready(Event::Flood(f));
+                if let (Some(v), false) = (shared.refuse.get(), rapid) {
+                    return Poll::Ready(Event::Refuse(v));
                 }
                 if let Poll::Ready(Some(reset)) = set.poll_next_unpin(cx) {
                     return Poll::Ready(Event::StreamDone(reset));
@@ -306,15 +307,21 @@ impl Parent<'_> {
                         }
                     }
                 }
-                Event::Flood(f) => {
+                Event::Refuse(inbound::Verdict::Flood(f)) => {
                     rapid = true;
                     going_away = true;
                     let why = match f {
-                        frames::Flood::Ping => Refusal::PingFlood,
-                        frames::Flood::Settings => Refusal::SettingsFlood,
+                        inbound::Flood::Ping => Refusal::PingFlood,
+                        inbound::Flood::Settings => Refusal::SettingsFlood,
                     };
                     c.h2_refused[why as usize].inc();
                     conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+                }
+                Event::Refuse(inbound::Verdict::Malformed(code)) => {
+                    // Counted from the GOAWAY sent, by its code.
+                    going_away = true;
+                    shared.refuse.set(None);
+                    conn.abrupt_shutdown(code.into());
                 }
                 Event::Drain => {
                     if self.shard.retired.get() && !self.shard.draining.get() {
