@@ -1,9 +1,9 @@
 //! Frame-level conformance of zgix's HTTP/2 server, case by case after h2spec's `http2` section (RFC 7540/9113 §3–§8): each case sends hand-written frames on a fresh prior-knowledge connection and expects what h2spec expects (a connection error with the code, a stream error or a connection error with it, or a given answer). The README states how many cases there are.
 
 mod http2_support;
-mod support;
 #[path = "http2_support/h2spec_more.rs"]
 mod more;
+mod support;
 
 use http2_support::*;
 use support::{Origin, Zgix};
@@ -117,9 +117,9 @@ fn cases() -> Vec<Case> {
         headers(&k),
         messages(&k),
     ]
-        .into_iter()
-        .flatten()
-        .collect()
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// §4 frame format, size and header compression.

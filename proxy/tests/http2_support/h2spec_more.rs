@@ -15,7 +15,9 @@ pub(crate) fn streams(k: &Kit) -> Vec<Case> {
     let hang = || hdr(1, &req("/hang"), EH);
     let done = || hdr(1, &req("/"), EH | ES);
     let rst = || f(RST_STREAM, 0, 1, &CANCEL.to_be_bytes());
-    let mut many: Vec<Vec<u8>> = (0..129).map(|i| hdr(1 + 2 * i, &req("/hang"), EH | ES)).collect();
+    let mut many: Vec<Vec<u8>> = (0..129)
+        .map(|i| hdr(1 + 2 * i, &req("/hang"), EH | ES))
+        .collect();
     many.insert(0, f(SETTINGS, 0, 0, &[]));
     vec![
         (
@@ -136,7 +138,10 @@ pub(crate) fn frames(k: &Kit) -> Vec<Case> {
         ),
         (
             "7/1 GOAWAY with an unknown error code",
-            vec![f(GOAWAY, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0xff]), k.ping.clone()],
+            vec![
+                f(GOAWAY, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0xff]),
+                k.ping.clone(),
+            ],
             Want::PingAck,
         ),
         (

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use super::frames::{
-    Head, Scanner, DATA, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, HEADERS, PING, PRIORITY,
-    RST_STREAM, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE,
+    Head, Scanner, DATA, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, HEADERS, PING, PRIORITY, RST_STREAM,
+    SETTINGS, STREAM_CLOSED, WINDOW_UPDATE,
 };
 
 /// PING or SETTINGS frames (not acknowledgements) a client may send within

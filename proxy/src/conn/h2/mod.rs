@@ -386,7 +386,7 @@ impl Parent<'_> {
         async move {
             let (parts, body) = req.into_parts();
             let has_body = !body.is_end_stream();
-            let mut head = Vec::with_capacity(256);
+            let mut head = stream::take_request_buffer();
             let mut respond = respond;
             let chunked = match stream::render_request(&parts, has_body, &mut head) {
                 Ok(c) => c,
