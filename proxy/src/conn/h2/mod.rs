@@ -223,6 +223,32 @@ fn count_sent(c: &crate::observe::metrics::ListenerCounters, s: &frames::SentCod
     }
 }
 
+/// Ends the connection for what the client sent; `true` for a flood, whose
+/// GOAWAY is counted here (a malformed frame's is counted by its code).
+fn refuse(
+    c: &crate::observe::metrics::ListenerCounters,
+    conn: &mut ::h2::server::Connection<io::Io<'_>, Bytes>,
+    shared: &io::Shared,
+    v: inbound::Verdict,
+) -> bool {
+    match v {
+        inbound::Verdict::Flood(f) => {
+            let why = match f {
+                inbound::Flood::Ping => Refusal::PingFlood,
+                inbound::Flood::Settings => Refusal::SettingsFlood,
+            };
+            c.h2_refused[why as usize].inc();
+            conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+            true
+        }
+        inbound::Verdict::Malformed(code) => {
+            shared.refuse.set(None);
+            conn.abrupt_shutdown(code.into());
+            false
+        }
+    }
+}
+
 type StreamFut = Pin<Box<dyn Future<Output = bool>>>;
 
 impl Parent<'_> {
@@ -307,21 +333,9 @@ impl Parent<'_> {
                         }
                     }
                 }
-                Event::Refuse(inbound::Verdict::Flood(f)) => {
-                    rapid = true;
+                Event::Refuse(v) => {
                     going_away = true;
-                    let why = match f {
-                        inbound::Flood::Ping => Refusal::PingFlood,
-                        inbound::Flood::Settings => Refusal::SettingsFlood,
-                    };
-                    c.h2_refused[why as usize].inc();
-                    conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
-                }
-                Event::Refuse(inbound::Verdict::Malformed(code)) => {
-                    // Counted from the GOAWAY sent, by its code.
-                    going_away = true;
-                    shared.refuse.set(None);
-                    conn.abrupt_shutdown(code.into());
+                    rapid |= refuse(c, &mut conn, shared, v);
                 }
                 Event::Drain => {
                     if self.shard.retired.get() && !self.shard.draining.get() {
