@@ -129,7 +129,7 @@ impl Inbound {
             SETTINGS if h.flags & ACK != 0 => Some(0),
             _ => None,
         };
-        if fixed.is_some_and(|n| n != h.len) || (h.kind == SETTINGS && h.len % 6 != 0) {
+        if fixed.is_some_and(|n| n != h.len) || (h.kind == SETTINGS && !h.len.is_multiple_of(6)) {
             return Some(FRAME_SIZE_ERROR);
         }
         self.param_len = 0;
