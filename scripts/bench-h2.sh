@@ -194,7 +194,7 @@ rapid_reset() {
     local t="$1" pid port
     pid="$(pid_of "$t")" port="$(port_of "$t")"
     python3 - "$port" "$rapid" "$pid" <<'PY'
-import os, socket, ssl, struct, sys, threading, time
+import os, socket, ssl, struct, sys, time
 port, secs, pid = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 os.sched_setaffinity(0, {1})
 ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
@@ -246,13 +246,21 @@ def flood(until, stats):
             pass
 def ticks(): return sum(int(x) for x in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
 def window(with_flood):
+    # The flood runs in a child process of its own: the probe never waits on it.
     lat, stats = [], [0, 0]
     until = time.monotonic() + secs
-    th = threading.Thread(target=flood, args=(until, stats)) if with_flood else None
     c0, w0 = ticks(), time.monotonic()
-    if th: th.start()
+    child = None
+    if with_flood:
+        rd, wr = os.pipe()
+        child = os.fork()
+        if child == 0:
+            flood(until, stats)
+            os.write(wr, f"{stats[0]} {stats[1]}".encode()); os._exit(0)
     probe(until, lat)
-    if th: th.join()
+    if child:
+        os.waitpid(child, 0)
+        stats = [int(x) for x in os.read(rd, 100).split()]
     cpu = (ticks() - c0) / (time.monotonic() - w0)  # ticks of 10 ms per second = %
     lat.sort()
     return lat[int(len(lat) * 0.99)] * 1000, cpu, stats
