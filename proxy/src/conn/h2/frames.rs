@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 
-const RST_STREAM: u8 = 0x3;
+pub(super) const RST_STREAM: u8 = 0x3;
 const GOAWAY: u8 = 0x7;
 
 /// GOAWAY, last stream 0, PROTOCOL_ERROR: the answer to a connection
@@ -32,76 +32,20 @@ pub(crate) struct SentCodes {
     pub stream_errors: Cell<u64>,
 }
 
-/// PING or SETTINGS frames (not acknowledgements) a client may send within
-/// one second; more is a flood (CVE-2019-9512, CVE-2019-9515), answered
-/// with GOAWAY `ENHANCE_YOUR_CALM`.
-pub const FLOOD_FRAMES: u32 = 100;
+pub(super) const DATA: u8 = 0x0;
+pub(super) const HEADERS: u8 = 0x1;
+pub(super) const PRIORITY: u8 = 0x2;
+pub(super) const SETTINGS: u8 = 0x4;
+pub(super) const PING: u8 = 0x6;
+pub(super) const WINDOW_UPDATE: u8 = 0x8;
 
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-
-/// Which flood a client's frames were.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Flood {
-    Settings,
-    Ping,
-}
-
-/// Counts of the client's PING and SETTINGS frames in the current second.
-pub(crate) struct Inbound {
-    /// Bytes of the preface still to pass (they are not a frame).
-    preface: usize,
-    scan: Scanner,
-    window: Option<std::time::Instant>,
-    pings: u32,
-    settings: u32,
-}
-
-impl Default for Inbound {
-    fn default() -> Self {
-        Inbound {
-            preface: 24,
-            scan: Scanner::default(),
-            window: None,
-            pings: 0,
-            settings: 0,
-        }
-    }
-}
-
-impl Inbound {
-    /// Scans bytes the codec is given; a flood once the counts pass the
-    /// limit within a second of `now`.
-    pub fn feed(&mut self, mut b: &[u8], now: std::time::Instant) -> Option<Flood> {
-        let skip = self.preface.min(b.len());
-        self.preface -= skip;
-        b = &b[skip..];
-        let mut found = None;
-        while !b.is_empty() {
-            let (used, head) = self.scan.step(b);
-            b = &b[used..];
-            let Some((kind, flags)) = head else { continue };
-            if flags & 1 != 0 || (kind != PING && kind != SETTINGS) {
-                continue;
-            }
-            let w = *self.window.get_or_insert(now);
-            if now.saturating_duration_since(w) >= std::time::Duration::from_secs(1) {
-                self.window = Some(now);
-                self.pings = 0;
-                self.settings = 0;
-            }
-            let (n, what) = if kind == PING {
-                (&mut self.pings, Flood::Ping)
-            } else {
-                (&mut self.settings, Flood::Settings)
-            };
-            *n += 1;
-            if *n > FLOOD_FRAMES {
-                found = Some(what);
-            }
-        }
-        found
-    }
+/// A frame header (RFC 9113 §4.1).
+#[derive(Copy, Clone, Debug)]
+pub(super) struct Head {
+    pub kind: u8,
+    pub flags: u8,
+    pub len: usize,
+    pub id: u32,
 }
 
 /// Where the scanner is in the byte stream of frames.
@@ -119,8 +63,8 @@ pub(super) struct Scanner {
 
 impl Scanner {
     /// Passes over the start of `b`, up to the end of a frame header at
-    /// most: the bytes used, and the header's type and flags when it ended.
-    fn step(&mut self, b: &[u8]) -> (usize, Option<(u8, u8)>) {
+    /// most: the bytes used, and the header when it ended.
+    pub(super) fn step(&mut self, b: &[u8]) -> (usize, Option<Head>) {
         if self.head_len < 9 {
             let n = (9 - self.head_len).min(b.len());
             self.head[self.head_len..self.head_len + n].copy_from_slice(&b[..n]);
@@ -130,10 +74,16 @@ impl Scanner {
             }
             let h = &self.head;
             self.left = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            let head = Head {
+                kind: h[3],
+                flags: h[4],
+                len: self.left,
+                id: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+            };
             if self.left == 0 {
                 self.head_len = 0;
             }
-            return (n, Some((h[3], h[4])));
+            return (n, Some(head));
         }
         let n = self.left.min(b.len());
         self.left -= n;
@@ -141,6 +91,16 @@ impl Scanner {
             self.head_len = 0;
         }
         (n, None)
+    }
+
+    /// Whether the next byte starts a frame.
+    pub(super) fn at_frame_start(&self) -> bool {
+        self.head_len == 0
+    }
+
+    /// The type and flags of the frame whose payload the next byte is in.
+    pub(super) fn in_payload(&self) -> Option<(u8, u8)> {
+        (self.head_len == 9).then_some((self.head[3], self.head[4]))
     }
 
     pub fn feed(&mut self, mut b: &[u8], codes: &SentCodes) {
@@ -230,27 +190,5 @@ mod tests {
             assert_eq!(codes.stream_errors.get(), 1, "step {step}");
             assert_eq!(codes.goaway.get(), Some(ENHANCE_YOUR_CALM), "step {step}");
         }
-    }
-
-    #[test]
-    fn a_ping_flood_is_seen_past_the_limit_and_acks_are_not_counted() {
-        let t = std::time::Instant::now();
-        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        bytes.extend_from_slice(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0]);
-        for _ in 0..FLOOD_FRAMES * 2 {
-            // PING acknowledgements: not a flood.
-            bytes.extend_from_slice(&[0, 0, 8, PING, 1, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
-        }
-        let mut i = Inbound::default();
-        assert_eq!(i.feed(&bytes, t), None);
-        let ping = [0, 0, 8, PING, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
-        for k in 0..FLOOD_FRAMES {
-            assert_eq!(i.feed(&ping[..5], t), None, "ping {k}");
-            assert_eq!(i.feed(&ping[5..], t), None, "ping {k}");
-        }
-        assert_eq!(i.feed(&ping, t), Some(Flood::Ping));
-        // A second later the count starts again.
-        let later = t + std::time::Duration::from_secs(1);
-        assert_eq!(i.feed(&ping, later), None);
     }
 }

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::inbound::{Inbound, Verdict};
 use crate::conn::client::ClientConn;
 use crate::conn::is_timeout;
 
@@ -75,8 +76,11 @@ pub(super) struct Shared {
     pub busy: Cell<usize>,
     /// Error codes of RST_STREAM and GOAWAY frames sent, for the counters.
     pub sent: crate::conn::h2::frames::SentCodes,
-    /// The client flooded PING or SETTINGS frames: nothing more is read.
-    pub flood: Cell<Option<crate::conn::h2::frames::Flood>>,
+    /// The client flooded PING or SETTINGS frames, or sent a frame zgix
+    /// refuses itself: nothing more is read.
+    pub refuse: Cell<Option<Verdict>>,
+    /// Set with `refuse`, and kept once the connection took the verdict.
+    pub stopped: Cell<bool>,
 }
 
 pub(super) struct Io<'a> {
@@ -92,7 +96,7 @@ pub(super) struct Io<'a> {
     wbuf: Vec<u8>,
     writing: Option<WriteFut<'a>>,
     scan: crate::conn::h2::frames::Scanner,
-    inbound: crate::conn::h2::frames::Inbound,
+    inbound: Inbound,
 }
 
 impl<'a> Io<'a> {
@@ -149,7 +153,7 @@ impl AsyncRead for Io<'_> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        if me.shared.flood.get().is_some() {
+        if me.shared.stopped.get() {
             // The connection answers GOAWAY and ends; the rest is not read.
             return Poll::Pending;
         }
@@ -157,9 +161,15 @@ impl AsyncRead for Io<'_> {
         let r = me.read_some(cx, out);
         let got = &out.filled()[before..];
         if !got.is_empty() {
-            if let Some(f) = me.inbound.feed(got, me.conn.now()) {
-                me.shared.flood.set(Some(f));
+            if let Some((v, keep)) = me.inbound.feed(got, me.conn.now()) {
+                me.shared.refuse.set(Some(v));
+                me.shared.stopped.set(true);
                 cx.waker().wake_by_ref();
+                // The codec never sees a frame zgix refused.
+                out.set_filled(before + keep);
+                if keep == 0 {
+                    return Poll::Pending;
+                }
             }
         }
         r

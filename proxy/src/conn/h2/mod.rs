@@ -12,6 +12,7 @@
 //! GOAWAY `ENHANCE_YOUR_CALM` (CVE-2023-44487).
 
 mod frames;
+mod inbound;
 mod io;
 mod stream;
 
@@ -75,7 +76,7 @@ enum Event {
     /// A stream ended; `true`: the client reset it before its answer.
     StreamDone(bool),
     Drain,
-    Flood(frames::Flood),
+    Refuse(inbound::Verdict),
     Closed,
     Failed(::h2::Error),
 }
@@ -222,6 +223,32 @@ fn count_sent(c: &crate::observe::metrics::ListenerCounters, s: &frames::SentCod
     }
 }
 
+/// Ends the connection for what the client sent; `true` for a flood, whose
+/// GOAWAY is counted here (a malformed frame's is counted by its code).
+fn refuse(
+    c: &crate::observe::metrics::ListenerCounters,
+    conn: &mut ::h2::server::Connection<io::Io<'_>, Bytes>,
+    shared: &io::Shared,
+    v: inbound::Verdict,
+) -> bool {
+    match v {
+        inbound::Verdict::Flood(f) => {
+            let why = match f {
+                inbound::Flood::Ping => Refusal::PingFlood,
+                inbound::Flood::Settings => Refusal::SettingsFlood,
+            };
+            c.h2_refused[why as usize].inc();
+            conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+            true
+        }
+        inbound::Verdict::Malformed(code) => {
+            shared.refuse.set(None);
+            conn.abrupt_shutdown(code.into());
+            false
+        }
+    }
+}
+
 type StreamFut = Pin<Box<dyn Future<Output = bool>>>;
 
 impl Parent<'_> {
@@ -250,8 +277,8 @@ impl Parent<'_> {
         let mut rapid = false;
         loop {
             let ev = poll_fn(|cx| {
-                if let (Some(f), false) = (shared.flood.get(), rapid) {
-                    return Poll::Ready(Event::Flood(f));
+                if let (Some(v), false) = (shared.refuse.get(), rapid) {
+                    return Poll::Ready(Event::Refuse(v));
                 }
                 if let Poll::Ready(Some(reset)) = set.poll_next_unpin(cx) {
                     return Poll::Ready(Event::StreamDone(reset));
@@ -306,15 +333,9 @@ impl Parent<'_> {
                         }
                     }
                 }
-                Event::Flood(f) => {
-                    rapid = true;
+                Event::Refuse(v) => {
                     going_away = true;
-                    let why = match f {
-                        frames::Flood::Ping => Refusal::PingFlood,
-                        frames::Flood::Settings => Refusal::SettingsFlood,
-                    };
-                    c.h2_refused[why as usize].inc();
-                    conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+                    rapid |= refuse(c, &mut conn, shared, v);
                 }
                 Event::Drain => {
                     if self.shard.retired.get() && !self.shard.draining.get() {
@@ -379,7 +400,7 @@ impl Parent<'_> {
         async move {
             let (parts, body) = req.into_parts();
             let has_body = !body.is_end_stream();
-            let mut head = Vec::with_capacity(256);
+            let mut head = stream::take_request_buffer();
             let mut respond = respond;
             let chunked = match stream::render_request(&parts, has_body, &mut head) {
                 Ok(c) => c,

@@ -1,4 +1,4 @@
-//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2), sent as the stream's flow-control window allows.
+//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2; a 1xx interim answer becomes an informational HEADERS, §8.1), sent as the stream's flow-control window allows.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -25,6 +25,45 @@ const HOP_BY_HOP: [&str; 6] = [
     "upgrade",
     "te",
 ];
+
+/// Parsed response heads a shard keeps for its streams between uses (each
+/// has room for `MAX_HEADERS_CAP` fields, a few KiB).
+const HEADS_POOLED: usize = 64;
+
+thread_local! {
+    static HEADS: RefCell<Vec<ResponseHead>> = const { RefCell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// Request buffers (the rendered head, then body bytes), emptied.
+    static BUFS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer for a stream's request, from the shard's pool.
+pub(super) fn take_request_buffer() -> Vec<u8> {
+    BUFS.with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(256))
+}
+
+fn put_request_buffer(mut b: Vec<u8>) {
+    // A buffer a large DATA frame grew is not kept.
+    if b.capacity() == 0 || b.capacity() > 16 * 1024 {
+        return;
+    }
+    b.clear();
+    let _ = BUFS.try_with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < HEADS_POOLED {
+            p.push(b);
+        }
+    });
+}
+
+fn take_head() -> ResponseHead {
+    HEADS
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| ResponseHead::new(zgix_parser::MAX_HEADERS_CAP))
+}
 
 /// The in-memory client of one stream (see the module docs).
 pub struct StreamIo {
@@ -178,7 +217,7 @@ impl StreamIo {
                 head: Vec::new(),
                 method: Method::from_bytes(method.as_str().as_bytes()),
                 parser: ResponseParser::new(1 << 20, zgix_parser::MAX_HEADERS_CAP),
-                resp: ResponseHead::new(zgix_parser::MAX_HEADERS_CAP),
+                resp: take_head(),
                 out: Out::Head,
             })),
         }
@@ -283,7 +322,7 @@ impl StreamIo {
             let mut r = self.rd.borrow_mut();
             r.ended = true;
             r.body = None;
-            r.pending = Vec::new();
+            put_request_buffer(std::mem::take(&mut r.pending));
             r.pos = 0;
         }
         let mut w = self.wr.borrow_mut();
@@ -356,6 +395,18 @@ impl Reader {
     }
 }
 
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let head = std::mem::replace(&mut self.resp, ResponseHead::new(0));
+        let _ = HEADS.try_with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < HEADS_POOLED {
+                p.push(head);
+            }
+        });
+    }
+}
+
 impl Writer {
     /// Whether the client reset the stream before its answer was done.
     pub(super) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -391,7 +442,9 @@ impl Writer {
     /// bytes (de-chunked). Returns the DATA to send and whether it ends.
     fn feed(&mut self, buf: &[u8]) -> io::Result<(Vec<Bytes>, bool)> {
         let mut chunks = Vec::new();
-        let rest: Vec<u8>;
+        // The head's bytes once whole: its fields and the body bytes that
+        // came with it are slices of it, not copies.
+        let mut whole: Option<Bytes> = None;
         let mut body: &[u8] = buf;
         if let Out::Head = self.out {
             self.head.extend_from_slice(buf);
@@ -402,7 +455,14 @@ impl Writer {
                     Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "bad answer")),
                 }
                 if self.resp.status < 200 {
-                    // Interim answers are not relayed on HTTP/2.
+                    // An interim answer is an informational HEADERS (RFC 9113
+                    // §8.1); 101 has no place on HTTP/2 (§8.6) and is dropped.
+                    if self.resp.status != 101 {
+                        let info = self
+                            .response(&Bytes::copy_from_slice(&self.head[..self.resp.head_len]))?;
+                        let respond = self.respond.as_mut().ok_or_else(closed)?;
+                        respond.send_informational(info).map_err(gone)?;
+                    }
                     self.head.drain(..self.resp.head_len);
                     continue;
                 }
@@ -415,28 +475,34 @@ impl Writer {
                 ResponseBody::CloseDelimited => Out::Close,
             };
             let eos = matches!(self.out, Out::Done);
-            let resp = self.response()?;
+            let all = Bytes::from(std::mem::take(&mut self.head));
+            let resp = self.response(&all)?;
             let respond = self.respond.as_mut().ok_or_else(closed)?;
             self.send = Some(respond.send_response(resp, eos).map_err(gone)?);
-            rest = self.head.split_off(self.resp.head_len);
-            self.head = Vec::new();
             if eos {
                 return Ok((chunks, false));
             }
-            body = &rest;
+            whole = Some(all);
         }
+        if let Some(all) = &whole {
+            body = &all[self.resp.head_len..];
+        }
+        let cut = |part: &[u8]| match &whole {
+            Some(b) => b.slice_ref(part),
+            None => Bytes::copy_from_slice(part),
+        };
         let mut eos = false;
         match &mut self.out {
             Out::Head | Out::Done => {}
             Out::Close => {
                 if !body.is_empty() {
-                    chunks.push(Bytes::copy_from_slice(body));
+                    chunks.push(cut(body));
                 }
             }
             Out::Length(left) => {
                 let n = (*left).min(body.len() as u64) as usize;
                 if n > 0 {
-                    chunks.push(Bytes::copy_from_slice(&body[..n]));
+                    chunks.push(cut(&body[..n]));
                 }
                 *left -= n as u64;
                 if *left == 0 {
@@ -450,9 +516,7 @@ impl Writer {
                         .feed(&body[i..])
                         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk"))?;
                     if !p.data.is_empty() {
-                        chunks.push(Bytes::copy_from_slice(
-                            &body[i + p.data.start..i + p.data.end],
-                        ));
+                        chunks.push(cut(&body[i + p.data.start..i + p.data.end]));
                     }
                     i += p.consumed;
                     if p.done {
@@ -471,9 +535,10 @@ impl Writer {
         Ok((chunks, eos))
     }
 
-    /// The parsed head as an HTTP/2 response, without hop-by-hop fields.
-    fn response(&self) -> io::Result<http::Response<()>> {
-        let base = &self.head[..];
+    /// The parsed head in `head` as an HTTP/2 response, without hop-by-hop
+    /// fields; the values are slices of `head`.
+    fn response(&self, head: &Bytes) -> io::Result<http::Response<()>> {
+        let base = &head[..];
         let mut b = http::Response::builder().status(self.resp.status);
         for h in &self.resp.headers {
             let Ok(name) = http::HeaderName::from_bytes(h.name.get(base)) else {
@@ -482,7 +547,8 @@ impl Writer {
             if HOP_BY_HOP.contains(&name.as_str()) {
                 continue;
             }
-            let Ok(value) = http::HeaderValue::from_bytes(h.value.get(base)) else {
+            let Ok(value) = http::HeaderValue::from_maybe_shared(head.slice_ref(h.value.get(base)))
+            else {
                 continue;
             };
             b = b.header(name, value);
