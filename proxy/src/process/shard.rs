@@ -586,4 +586,7 @@ fn publish_driver(e: &EngineCounters, d: &Driver) {
         .store(s.relayed_bytes.get(), Ordering::Relaxed);
     e.spliced_bytes
         .store(s.spliced_bytes.get(), Ordering::Relaxed);
+    e.splice_fallbacks
+        .store(s.splice_fallbacks.get(), Ordering::Relaxed);
+    e.pipes_out.store(d.pipes_out() as u64, Ordering::Relaxed);
 }
