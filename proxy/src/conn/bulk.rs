@@ -49,11 +49,15 @@ const BULK_REST: u64 = 16 << 10;
 /// ring the rest itself must pass 64 KiB: its splices are punted to the
 /// ring's kernel workers, and for a 64 KiB response that cost more CPU than
 /// the copies it saves (BENCHMARKS.md, "Bodies").
+///
+/// A body with under 16 KiB still owed is decided by one comparison, as
+/// before this rule (no driver lookup on the small-request path).
 pub(super) fn takes_bulk(n: u64, remaining: u64, sock: &Sock) -> bool {
-    match sock.driver().kind() {
-        crate::io::Kind::Uring => remaining > BULK_MIN,
-        _ => n >= BULK_MIN && remaining >= BULK_REST,
-    }
+    remaining >= BULK_REST
+        && match sock.driver().kind() {
+            crate::io::Kind::Uring => remaining > BULK_MIN,
+            _ => n >= BULK_MIN,
+        }
 }
 
 /// The most one relay step asks for (the ring caps it further by
