@@ -1,4 +1,4 @@
-//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll) and on the copy path (chunked), a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
+//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll) and on the copy path (chunked), downloads past a shard's pipes relayed without one, a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
 
 mod support;
 
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use support::{metrics_text, pattern, pattern_byte, series, Client, Config, Zgix, IO_TIMEOUT};
 
@@ -127,12 +127,11 @@ fn serve(c: TcpStream, sent: &AtomicU64) -> std::io::Result<()> {
             write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")?;
         }
         let mut at = 0u64;
-        let mut block = vec![0u8; 100_000];
+        // Whole 26-letter cycles: every block starts at a cycle's first
+        // byte, so one block serves the whole body (no per-byte work).
+        let block = pattern(26 * 3_846);
         while at < n {
             let take = (n - at).min(block.len() as u64) as usize;
-            for (i, b) in block[..take].iter_mut().enumerate() {
-                *b = pattern_byte(at + i as u64);
-            }
             if chunked {
                 write!(w, "{take:x}\r\n")?;
                 w.write_all(&block[..take])?;
@@ -201,25 +200,48 @@ fn read_exact_fnv_from(r: &mut impl Read, n: u64, h0: u64) -> std::io::Result<(u
 /// Bytes on the bulk path so far: spliced (both drivers) plus received
 /// buffers relayed as they are (uring, when the shard's pipes ran out).
 fn bulk_bytes(zgix: &Zgix) -> u64 {
-    let m = metrics_text(zgix);
-    (series(&m, "zgix_io_spliced_bytes_total") + series(&m, "zgix_io_relayed_bytes_total")) as u64
+    bulk_in(&metrics_text(zgix))
+}
+
+/// Bulk-path bytes in a metrics text.
+fn bulk_in(m: &str) -> u64 {
+    (series(m, "zgix_io_spliced_bytes_total") + series(m, "zgix_io_relayed_bytes_total")) as u64
 }
 
 /// Waits (up to the I/O timeout) until the shard tick has published at
 /// least `want` bulk-path bytes; returns the value seen.
 #[track_caller]
 fn wait_bulk_bytes(zgix: &Zgix, want: u64) -> u64 {
+    wait_for(zgix, "bulk-path bytes", |_| {
+        let v = bulk_bytes(zgix);
+        (v >= want).then_some(v)
+    })
+}
+
+/// Waits (up to the I/O timeout) until the shard tick has published a
+/// value of the series `key` that `ok` accepts; returns it.
+#[track_caller]
+fn wait_series(zgix: &Zgix, key: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    wait_for(zgix, key, |m| Some(series(m, key)).filter(|&v| ok(v)))
+}
+
+/// Polls zgix's metrics until `f` returns a value (fails after the I/O timeout,
+/// naming `what` and the last metrics).
+#[track_caller]
+fn wait_for<T>(zgix: &Zgix, what: &str, f: impl Fn(&str) -> Option<T>) -> T {
     let until = Instant::now() + IO_TIMEOUT;
     loop {
-        let v = bulk_bytes(zgix);
-        if v >= want {
+        let m = metrics_text(zgix);
+        if let Some(v) = f(&m) {
             return v;
         }
         assert!(
             Instant::now() < until,
-            "bulk-path bytes stayed at {v}, expected at least {want}"
+            "{what} never came as expected; metrics:\n{m}"
         );
-        std::thread::yield_now();
+        // A poll interval, not a wait for an event: the shard tick publishes
+        // the counters every 100 ms, and rendering them costs both ends.
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -368,6 +390,76 @@ fn a_slow_reader_keeps_the_bytes_in_flight_bounded() {
     assert!(hwm < 64 * 1024, "zgix VmHWM {hwm} KiB");
     let m = metrics_text(&zgix);
     assert!(series(&m, "zgix_io_buffers_held") <= 256.0);
+}
+
+/// Splice pipes one shard may have out (`io::PIPES_MAX`).
+const PIPES_MAX: usize = 256;
+
+/// Sends `GET /cl/{n}` on a new connection to zgix.
+fn get_cl(zgix: &Zgix, n: u64) -> Client {
+    let mut c = Client::connect(zgix.addr());
+    c.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    c
+}
+
+/// Reads a whole `/cl/{n}` response on `c` and checks it byte for byte.
+#[track_caller]
+fn check_cl(c: &mut Client, n: u64) {
+    let head = c.read_response_head();
+    assert_eq!(head.status, 200);
+    assert_eq!(head.field("content-length"), Some(n.to_string().as_str()));
+    assert_eq!(read_pattern_body(c, n, usize::MAX, |_| {}), pattern_fnv(n));
+}
+
+#[test]
+fn downloads_past_the_shards_pipes_relay_without_one_byte_exact_and_the_pipes_come_back() {
+    let origin = BodyOrigin::start();
+    let zgix = Zgix::start(&Config::new(&[origin.addr]).cpus(&[0]).admin());
+    // Uploads whose bodies never come hold every pipe of the shard: each
+    // relay waits in its first splice from the client.
+    let holders: Vec<Client> = (0..PIPES_MAX)
+        .map(|_| {
+            let mut c = Client::connect(zgix.addr());
+            c.send(
+                format!(
+                    "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                    256 * MIB
+                )
+                .as_bytes(),
+            );
+            c
+        })
+        .collect();
+    wait_series(&zgix, "zgix_io_pipes_out", |v| v >= PIPES_MAX as f64);
+    // Downloads past that relay without a pipe (uring: the received buffers
+    // sent on as they are; epoll: through the exchange's buffer).
+    let n = 4 * MIB + 12_345;
+    let mut more: Vec<Client> = (0..3).map(|_| get_cl(&zgix, n)).collect();
+    for c in &mut more {
+        check_cl(c, n);
+    }
+    let m = metrics_text(&zgix);
+    assert_eq!(series(&m, "zgix_io_pipes_out"), PIPES_MAX as f64);
+    wait_series(&zgix, "zgix_io_splice_fallbacks_total", |v| v >= 3.0);
+    // The connections stay in sync on the fallback path.
+    for c in &mut more {
+        c.send(b"GET /cl/70000 HTTP/1.1\r\nHost: t\r\n\r\n");
+        check_cl(c, 70_000);
+    }
+    // The waiting relays end with their clients and give their pipes back:
+    // the next download splices again.
+    drop(holders);
+    wait_series(&zgix, "zgix_io_pipes_out", |v| v == 0.0);
+    // (Published in the same tick as the pipes: no ended relay moves bytes
+    // after this.)
+    let m = metrics_text(&zgix);
+    let (bulk, fallbacks) = (bulk_in(&m), series(&m, "zgix_io_splice_fallbacks_total"));
+    let mut c = get_cl(&zgix, n);
+    check_cl(&mut c, n);
+    let m = wait_for(&zgix, "bulk-path bytes", |m| {
+        (bulk_in(m) >= bulk + n - COPY_SLACK).then(|| m.to_string())
+    });
+    assert_eq!(series(&m, "zgix_io_splice_fallbacks_total"), fallbacks);
 }
 
 /// A self-signed certificate for `localhost` in a scratch directory.

@@ -13,7 +13,7 @@ use zgix_parser::{
 
 use std::cell::Cell;
 
-use super::bulk::{Progress, RelayEnd, BULK_MIN};
+use super::bulk::{takes_bulk, Progress, RelayEnd};
 use super::client::ClientConn;
 use super::shard::Shard;
 use super::state::ClientBytes;
@@ -98,7 +98,7 @@ impl Upload<'_> {
                         if remaining == 0 {
                             break;
                         }
-                        if let Some((c, u)) = bulk.filter(|_| remaining > BULK_MIN) {
+                        if let Some((c, u)) = bulk.filter(|(c, _)| takes_bulk(n, remaining, c)) {
                             relay_up(c, u, remaining, cl.scratch()).await?;
                             break;
                         }
@@ -383,7 +383,7 @@ impl Download<'_> {
                 pos += first;
                 let mut remaining = n - first as u64;
                 let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
-                if let Some((c, u)) = bulk.filter(|_| remaining > BULK_MIN) {
+                if let Some((c, u)) = bulk.filter(|(c, _)| takes_bulk(n, remaining, c)) {
                     relay_down(u, c, remaining, &mut self.ubuf[..]).await?;
                     (remaining, pos, *self.uend) = (0, 0, 0);
                 }

@@ -1,4 +1,4 @@
-//! The bulk path: a body (or tunnel direction) that zgix only relays, past [`BULK_MIN`] bytes, moves socket to socket through a pipe with splice, without passing through the exchange's buffers or user space.
+//! The bulk path: a body (or tunnel direction) that zgix only relays, of [`BULK_MIN`] bytes or more (see [`takes_bulk`]), moves socket to socket through a pipe with splice, without passing through the exchange's buffers or user space.
 //!
 //! It applies where zgix neither reads nor changes the bytes: a
 //! Content-Length body (RFC 9112 §6.2: the length alone frames it, so the
@@ -34,8 +34,31 @@ use super::client::ClientConn;
 use crate::io::{Pipe, Relayed, Sock};
 use crate::upstream::conn::UpConn;
 
-/// Bytes still to relay above which an exchange takes the bulk path.
-pub(super) const BULK_MIN: u64 = 64 << 10;
+/// A Content-Length (from the head) from which a body takes the bulk path
+/// on epoll, and the bytes still owed above which it takes it on the ring.
+const BULK_MIN: u64 = 64 << 10;
+
+/// Bytes that must still be owed, after those that came with the head, for
+/// the bulk path to be worth its pipe on epoll (one receive buffer's worth).
+const BULK_REST: u64 = 16 << 10;
+
+/// Whether a Content-Length body of `n` bytes with `remaining` still to
+/// move takes the bulk path. On epoll it is decided from the head's length,
+/// so a 64 KiB body whose first bytes came with the head is spliced too
+/// (two `splice(2)` calls instead of a read and a write per buffer). On the
+/// ring the rest itself must pass 64 KiB: its splices are punted to the
+/// ring's kernel workers, and for a 64 KiB response that cost more CPU than
+/// the copies it saves (BENCHMARKS.md, "Bodies").
+///
+/// A body with under 16 KiB still owed is decided by one comparison, as
+/// before this rule (no driver lookup on the small-request path).
+pub(super) fn takes_bulk(n: u64, remaining: u64, sock: &Sock) -> bool {
+    remaining >= BULK_REST
+        && match sock.driver().kind() {
+            crate::io::Kind::Uring => remaining > BULK_MIN,
+            _ => n >= BULK_MIN,
+        }
+}
 
 /// The most one relay step asks for (the ring caps it further by
 /// `RELAY_BUFS` buffers, epoll by the pipe's size).

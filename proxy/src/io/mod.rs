@@ -599,6 +599,11 @@ impl Driver {
         self.st.borrow().slots.iter().filter(|s| s.in_use).count()
     }
 
+    /// Splice pipes the bulk path holds now (both drivers).
+    pub fn pipes_out(&self) -> usize {
+        self.pipes_out.get()
+    }
+
     /// Provided buffers currently held by sockets (uring; 0 for epoll).
     pub fn buffers_held(&self) -> usize {
         match &self.backend {

@@ -36,6 +36,9 @@ pub struct EngineCounters {
     /// Body and tunnel bytes on the bulk path (`conn/bulk.rs`).
     pub relayed_bytes: AtomicU64,
     pub spliced_bytes: AtomicU64,
+    /// Bulk relays that found no free pipe, and the pipes out now.
+    pub splice_fallbacks: AtomicU64,
+    pub pipes_out: AtomicU64,
     /// Request states pooled and in use (copied by the shard tick).
     pub exchanges_pooled: AtomicU64,
     pub exchanges_out: AtomicU64,
@@ -155,6 +158,18 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_io_spliced_bytes_total",
         "Body and tunnel bytes moved socket to socket through a pipe with splice (bulk path).",
         sum(&|s| s.spliced_bytes.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_splice_fallbacks_total",
+        "Bulk relays that found the shard's pipes all out (or pipe2 refused) and ran without one.",
+        sum(&|s| s.splice_fallbacks.load(Ordering::Relaxed)),
+    );
+    gauge(
+        o,
+        "zgix_io_pipes_out",
+        "Splice pipes the bulk path holds now (at most 256 per shard).",
+        sum(&|s| s.pipes_out.load(Ordering::Relaxed)),
     );
     gauge(
         o,

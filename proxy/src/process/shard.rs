@@ -612,4 +612,7 @@ fn publish_driver(e: &EngineCounters, d: &Driver) {
         .store(s.spliced_bytes.get(), Ordering::Relaxed);
     e.accept_stalls
         .store(s.accept_stalls.get(), Ordering::Relaxed);
+    e.splice_fallbacks
+        .store(s.splice_fallbacks.get(), Ordering::Relaxed);
+    e.pipes_out.store(d.pipes_out() as u64, Ordering::Relaxed);
 }
