@@ -92,12 +92,6 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
             "zgix_io_driver_info{{shard=\"{i}\",driver=\"{name}\"}} 1"
         );
     }
-    let counter = |o: &mut String, name: &str, help: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-    };
-    let gauge = |o: &mut String, name: &str, help: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
     render_accepts(o, shards.clone());
     counter(
         o,
@@ -147,30 +141,7 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "Sends that found the socket's buffer full and waited for room (uring).",
         sum(&|s| s.sends_waited.load(Ordering::Relaxed)),
     );
-    counter(
-        o,
-        "zgix_io_relayed_bytes_total",
-        "Body and tunnel bytes sent on as the received buffers themselves, without a copy (uring bulk path).",
-        sum(&|s| s.relayed_bytes.load(Ordering::Relaxed)),
-    );
-    counter(
-        o,
-        "zgix_io_spliced_bytes_total",
-        "Body and tunnel bytes moved socket to socket through a pipe with splice (bulk path).",
-        sum(&|s| s.spliced_bytes.load(Ordering::Relaxed)),
-    );
-    counter(
-        o,
-        "zgix_io_splice_fallbacks_total",
-        "Bulk relays that found the shard's pipes all out (or pipe2 refused) and ran without one.",
-        sum(&|s| s.splice_fallbacks.load(Ordering::Relaxed)),
-    );
-    gauge(
-        o,
-        "zgix_io_pipes_out",
-        "Splice pipes the bulk path holds now (at most 256 per shard).",
-        sum(&|s| s.pipes_out.load(Ordering::Relaxed)),
-    );
+    render_bulk(o, shards.clone());
     gauge(
         o,
         "zgix_heap_live_bytes",
@@ -231,9 +202,6 @@ fn heap_in_use_bytes() -> u64 {
 /// failures by errno, each summed over the shards.
 fn render_accepts<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounters> + Clone) {
     let sum = |f: &dyn Fn(&EngineCounters) -> u64| shards.clone().map(f).sum::<u64>();
-    let counter = |o: &mut String, name: &str, help: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-    };
     counter(
         o,
         "zgix_accept_pauses_total",
@@ -254,4 +222,44 @@ fn render_accepts<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCou
         let v = sum(&|s| s.accept_errors[i].get());
         let _ = writeln!(o, "zgix_accept_errors_total{{errno=\"{name}\"}} {v}");
     }
+}
+
+/// The bulk path's series (`conn/bulk.rs`): bytes relayed and spliced,
+/// relays that found no pipe, and the pipes out now.
+fn render_bulk<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounters> + Clone) {
+    let sum = |f: &dyn Fn(&EngineCounters) -> u64| shards.clone().map(f).sum::<u64>();
+    counter(
+        o,
+        "zgix_io_relayed_bytes_total",
+        "Body and tunnel bytes sent on as the received buffers themselves, without a copy (uring bulk path).",
+        sum(&|s| s.relayed_bytes.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_spliced_bytes_total",
+        "Body and tunnel bytes moved socket to socket through a pipe with splice (bulk path).",
+        sum(&|s| s.spliced_bytes.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_splice_fallbacks_total",
+        "Bulk relays that found the shard's pipes all out (or pipe2 refused) and ran without one.",
+        sum(&|s| s.splice_fallbacks.load(Ordering::Relaxed)),
+    );
+    gauge(
+        o,
+        "zgix_io_pipes_out",
+        "Splice pipes the bulk path holds now (at most 256 per shard).",
+        sum(&|s| s.pipes_out.load(Ordering::Relaxed)),
+    );
+}
+
+/// One counter series with its HELP and TYPE lines.
+fn counter(o: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+}
+
+/// One gauge series with its HELP and TYPE lines.
+fn gauge(o: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
