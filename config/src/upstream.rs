@@ -369,6 +369,19 @@ impl RetryOn {
     pub fn bit(self) -> u8 {
         1 << self as u8
     }
+
+    /// The bits of the statuses.
+    pub const STATUSES: u8 = 0b111 << RetryOn::S502 as u8;
+
+    /// The bit of a response status, 0 for one that is never retried.
+    pub fn status_bit(status: u16) -> u8 {
+        match status {
+            502 => RetryOn::S502.bit(),
+            503 => RetryOn::S503.bit(),
+            504 => RetryOn::S504.bit(),
+            _ => 0,
+        }
+    }
 }
 
 /// serde default for `Cluster::retry_on`: connect failures and resets
