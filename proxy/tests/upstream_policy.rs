@@ -96,8 +96,10 @@ fn warn_lines(zgix: &Zgix, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
 fn get(zgix: &Zgix, path: &str, id: &str) -> u16 {
     let mut c = Client::connect(zgix.addr());
     c.request(
-        format!("GET {path} HTTP/1.1\r\nHost: t\r\nX-Request-ID: {id}\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nX-Request-ID: {id}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
     .status
 }
@@ -155,9 +157,8 @@ fn a_burst_of_failures_is_rate_limited_per_endpoint_and_the_count_shown() {
     for i in 0..burst {
         assert_eq!(get(&zgix, "/", &format!("b{i}")), 502);
     }
-    let key = format!(
-        "zgix_upstream_error_log_suppressed_total{{cluster=\"api\",endpoint=\"{dead}\"}}"
-    );
+    let key =
+        format!("zgix_upstream_error_log_suppressed_total{{cluster=\"api\",endpoint=\"{dead}\"}}");
     let suppressed = series(&metrics_text(&zgix), &key) as usize;
     let written = warn_lines(&zgix, |l| l.len() + suppressed >= burst).len();
     assert_eq!(written + suppressed, burst);
@@ -169,7 +170,10 @@ fn a_burst_of_failures_is_rate_limited_per_endpoint_and_the_count_shown() {
         i += 1;
         get(&zgix, "/", &format!("after{i}"));
         let lines = warn_lines(&zgix, |_| true);
-        if let Some(l) = lines.iter().find(|l| l.contains("earlier line(s) suppressed)")) {
+        if let Some(l) = lines
+            .iter()
+            .find(|l| l.contains("earlier line(s) suppressed)"))
+        {
             break l.clone();
         }
         assert!(Instant::now() < deadline, "no summary: {lines:#?}");
@@ -212,9 +216,15 @@ fn a_post_is_not_retried_on_a_reset_but_a_get_is() {
     let (a, b) = (Origin::start(), Origin::start());
     let zgix = start(&[a.addr(), b.addr()], "");
     let mut c = Client::connect(zgix.addr());
-    let resp = c.request(b"POST /reset HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
+    let resp = c.request(
+        b"POST /reset HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+    );
     assert_eq!(resp.status, 502);
-    assert_eq!(a.requests().len() + b.requests().len(), 1, "the POST was sent again");
+    assert_eq!(
+        a.requests().len() + b.requests().len(),
+        1,
+        "the POST was sent again"
+    );
     assert_eq!(get(&zgix, "/reset", "g"), 502);
     assert_eq!(
         a.requests().len() + b.requests().len(),
@@ -237,7 +247,10 @@ fn the_retry_budget_stops_retries_when_every_endpoint_fails() {
     assert_eq!(sent, n + 10, "origins saw {sent} requests");
     let m = metrics_text(&zgix);
     assert_eq!(
-        series(&m, "zgix_upstream_retry_budget_refused_total{cluster=\"api\"}") as usize,
+        series(
+            &m,
+            "zgix_upstream_retry_budget_refused_total{cluster=\"api\"}"
+        ) as usize,
         n - 10
     );
 }

@@ -79,9 +79,9 @@ struct How {
 /// zgix's answer to a failed exchange: 504 for a timeout, else 502.
 fn status_of(kind: UpstreamError) -> u16 {
     match kind {
-        UpstreamError::ConnectTimeout | UpstreamError::HeaderTimeout | UpstreamError::IdleTimeout => {
-            504
-        }
+        UpstreamError::ConnectTimeout
+        | UpstreamError::HeaderTimeout
+        | UpstreamError::IdleTimeout => 504,
         _ => 502,
     }
 }
@@ -129,7 +129,16 @@ impl Conn {
             let room = open && budget.has_room(health::now_ms());
             let retry_status = if room { statuses } else { 0 };
             let f = match self
-                .attempt_endpoint(x, ep, cluster_ix, filtered, upgrade, retryable, retry_status, head_at)
+                .attempt_endpoint(
+                    x,
+                    ep,
+                    cluster_ix,
+                    filtered,
+                    upgrade,
+                    retryable,
+                    retry_status,
+                    head_at,
+                )
                 .await
             {
                 Ok(next) => {
@@ -400,7 +409,10 @@ impl Conn {
         let How {
             filtered, upgrade, ..
         } = how;
-        let cluster = x.rec.upstream.map_or(0, |ep| shard.rt.up.upstreams[ep].cluster);
+        let cluster = x
+            .rec
+            .upstream
+            .map_or(0, |ep| shard.rt.up.upstreams[ep].cluster);
         let timeouts = shard.rt.up.clusters[cluster].timeouts;
         up.set_write_timeout(Some(timeouts.idle));
         let li = self.li;
@@ -488,12 +500,7 @@ impl Conn {
 
     /// Ends a failed exchange: an answer if the client has seen nothing yet, else a close.
     /// `sent`: bytes of a final answer reached the client already.
-    pub(super) async fn failed(
-        &mut self,
-        x: &mut Exchange,
-        f: Fail,
-        sent: bool,
-    ) -> Next {
+    pub(super) async fn failed(&mut self, x: &mut Exchange, f: Fail, sent: bool) -> Next {
         let status = match f {
             Fail::UpstreamEarly(kind) | Fail::Upstream(kind) => {
                 x.rec.decision = Decision::UpstreamError(kind);

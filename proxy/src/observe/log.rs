@@ -180,12 +180,7 @@ impl Limiter {
 
 /// Writes one line at `level` if `limiter` admits it, with `, N earlier
 /// line(s) suppressed` appended when some were.
-pub fn log_limited(
-    limiter: &Limiter,
-    level: Level,
-    component: &str,
-    args: fmt::Arguments<'_>,
-) {
+pub fn log_limited(limiter: &Limiter, level: Level, component: &str, args: fmt::Arguments<'_>) {
     if !enabled(level) {
         return;
     }

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::observe::counter::Counter;
-use crate::upstream::budget::RetryBudget;
 use crate::observe::decision::UpstreamError;
+use crate::upstream::budget::RetryBudget;
 
 /// Upper bounds of the time-to-first-byte buckets, in microseconds: 100 µs to 10 s.
 pub const TTFB_BUCKETS_US: [u64; 16] = [

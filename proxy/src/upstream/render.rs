@@ -120,7 +120,12 @@ pub fn render(up: &Upstreams) -> String {
         "zgix_upstream_error_log_suppressed_total",
         "counter",
         "Upstream failure lines not written to the error log (at most 10 a second per endpoint).",
-        &|ep| up.upstreams[ep].log.suppressed_total.load(std::sync::atomic::Ordering::Relaxed),
+        &|ep| {
+            up.upstreams[ep]
+                .log
+                .suppressed_total
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
     );
     tls_failures(&mut o, up);
     ttfb(&mut o, up, &labels);

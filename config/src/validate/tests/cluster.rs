@@ -230,7 +230,10 @@ fn upstream_tls_defaults_and_rules() {
 fn cluster_timeouts_and_retry_on() {
     let c = load(&with(&[
         ("/clusters/api/timeouts", json!({"header_ms": 250})),
-        ("/clusters/api/retry_on", json!(["connect", "timeout", "503"])),
+        (
+            "/clusters/api/retry_on",
+            json!(["connect", "timeout", "503"]),
+        ),
     ]))
     .unwrap();
     let api = &c.clusters["api"];
@@ -242,7 +245,10 @@ fn cluster_timeouts_and_retry_on() {
         [RetryOn::Connect, RetryOn::Timeout, RetryOn::S503]
     );
     let d = load(&with(&[])).unwrap();
-    assert_eq!(d.clusters["api"].retry_on, [RetryOn::Connect, RetryOn::Reset]);
+    assert_eq!(
+        d.clusters["api"].retry_on,
+        [RetryOn::Connect, RetryOn::Reset]
+    );
     assert_eq!(
         errs(&[
             (
