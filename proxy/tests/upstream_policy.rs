@@ -69,27 +69,27 @@ fn start(endpoints: &[SocketAddr], cluster_extra: &str) -> Zgix {
     ))
 }
 
-/// The error log's warn lines from component `upstream`, once `pred` holds for them.
+/// The error log's warn lines from component `upstream`.
+fn warns(zgix: &Zgix) -> Vec<String> {
+    zgix.stderr()
+        .lines()
+        .filter_map(log_message)
+        .filter(|&(level, component, _)| (level, component) == ("warn", "upstream"))
+        .map(|(_, _, m)| m.to_string())
+        .collect()
+}
+
+/// The warn lines once `pred` holds for them (within `IO_TIMEOUT`).
 #[track_caller]
 fn warn_lines(zgix: &Zgix, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
     let deadline = Instant::now() + IO_TIMEOUT;
-    loop {
-        let lines: Vec<String> = zgix
-            .stderr()
-            .lines()
-            .filter(|l| matches!(log_message(l), Some(("warn", "upstream", _))))
-            .map(|l| log_message(l).unwrap().2.to_string())
-            .collect();
-        if pred(&lines) {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no such warn lines; log:\n{}",
-            zgix.stderr()
-        );
+    let mut lines = warns(zgix);
+    while !pred(&lines) {
+        assert!(Instant::now() < deadline, "no such warn lines: {lines:#?}");
         thread::sleep(Duration::from_millis(20));
+        lines = warns(zgix);
     }
+    lines
 }
 
 /// GET `path` with request ID `id`; the status.

@@ -120,14 +120,7 @@ impl Site {
     /// Starts a new window if `sec` is past the current one, reporting what
     /// the old window suppressed.
     fn roll(&self, sec: u64) {
-        let w = self.window.load(Ordering::Relaxed);
-        if w != sec
-            && self
-                .window
-                .compare_exchange(w, sec, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.lines.store(0, Ordering::Relaxed);
+        if new_window(&self.window, &self.lines, sec) {
             let n = self.suppressed.swap(0, Ordering::Relaxed);
             if n > 0 {
                 write_line(
@@ -159,16 +152,7 @@ impl Limiter {
     /// `None` when this second's burst is used (the line is counted);
     /// else how many lines were suppressed before this one.
     pub fn admit(&self, unix_ms: u64) -> Option<u64> {
-        let sec = unix_ms / 1000;
-        let w = self.window.load(Ordering::Relaxed);
-        if w != sec
-            && self
-                .window
-                .compare_exchange(w, sec, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.lines.store(0, Ordering::Relaxed);
-        }
+        new_window(&self.window, &self.lines, unix_ms / 1000);
         if self.lines.fetch_add(1, Ordering::Relaxed) >= BURST {
             self.pending.fetch_add(1, Ordering::Relaxed);
             self.suppressed_total.fetch_add(1, Ordering::Relaxed);
@@ -195,6 +179,20 @@ pub fn log_limited(limiter: &Limiter, level: Level, component: &str, args: fmt::
             format_args!("{args} ({n} earlier line(s) suppressed)"),
         ),
     }
+}
+
+/// Moves `window` to second `sec` and zeroes its line count if it held an
+/// earlier one; true for the one caller that moved it.
+fn new_window(window: &AtomicU64, lines: &AtomicU64, sec: u64) -> bool {
+    let w = window.load(Ordering::Relaxed);
+    let moved = w != sec
+        && window
+            .compare_exchange(w, sec, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+    if moved {
+        lines.store(0, Ordering::Relaxed);
+    }
+    moved
 }
 
 /// Reports sites whose suppressed lines have not been followed by a new
