@@ -282,3 +282,23 @@ fn every_failed_attempt_is_counted_even_when_a_retry_saves_the_request() {
         })
     });
 }
+
+#[test]
+fn a_header_timeout_is_retried_only_when_retry_on_says_timeout() {
+    let (a, b) = (Origin::start(), Origin::start());
+    let zgix = start(
+        &[a.addr(), b.addr()],
+        r#","timeouts":{"header_ms":200},"retry_on":["connect","timeout"]"#,
+    );
+    assert_eq!(get(&zgix, "/hang", "t"), 504);
+    assert_eq!(a.requests().len() + b.requests().len(), 2);
+    let m = metrics_text(&zgix);
+    assert_eq!(
+        series(&m, "zgix_upstream_retries_total{reason=\"header_timeout\"}"),
+        1.0
+    );
+    assert_eq!(
+        series(&m, "zgix_upstream_errors_total{kind=\"header_timeout\"}"),
+        2.0
+    );
+}
