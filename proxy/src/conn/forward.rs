@@ -128,27 +128,43 @@ impl Conn {
             let open = statuses != 0 && retryable && attempt < cluster.retries;
             let room = open && budget.has_room(health::now_ms());
             let retry_status = if room { statuses } else { 0 };
-            let f = match self
-                .attempt_endpoint(
-                    x,
-                    ep,
-                    cluster_ix,
+            // A pooled connection that fails before answering was most likely
+            // closed by the origin while idle: dial once more, same endpoint,
+            // whatever `retries` says, and do not hold it against the endpoint.
+            let mut fresh = false;
+            let f = loop {
+                // The head again (an attempt consumes it).
+                x.cl.rewind(head_at);
+                let how = How {
                     filtered,
                     upgrade,
                     retryable,
+                    fresh,
                     retry_status,
-                    head_at,
-                )
-                .await
-            {
-                Ok(next) => {
-                    if open && !room && statuses & RetryOn::status_bit(x.resp.status) != 0 {
-                        // Passed on as it was: the budget refused its retry.
-                        budget.refused.inc();
+                };
+                match self.attempt(x, ep, cluster_ix, how).await {
+                    Ok(next) => {
+                        if open && !room && statuses & RetryOn::status_bit(x.resp.status) != 0 {
+                            // Passed on as it was: the budget refused its retry.
+                            budget.refused.inc();
+                        }
+                        return next;
                     }
-                    return next;
+                    Err(Failed {
+                        fail: Fail::UpstreamEarly(kind),
+                        reused: true,
+                        ..
+                    }) if retryable && !fresh => {
+                        crate::log_debug!(
+                            "upstream",
+                            "pooled upstream failed early ({kind:?}), dialing again"
+                        );
+                        shard.up.retry(RetryReason::Reset);
+                        x.rec.retries += 1;
+                        fresh = true;
+                    }
+                    Err(f) => break f,
                 }
-                Err(f) => f,
             };
             let Failed {
                 fail: f,
@@ -161,15 +177,7 @@ impl Conn {
             };
             let t_ms = health::now_ms();
             if let Some(k) = kind {
-                // Every failed attempt, not only the last (docs/operations.md).
-                shard.up.endpoints[ep].error(k);
-                shard.counters.cluster_upstream_error(cluster_ix, k);
-                let h = &rt.up.upstreams[ep].health;
-                if k == UpstreamError::Status5xx {
-                    note_transition(rt, ep, h.report_status(x.resp.status, t_ms));
-                } else if !reused && health::counts_as_failure(k) {
-                    note_transition(rt, ep, h.report_failure(t_ms));
-                }
+                note_failure(&shard, x, ep, cluster_ix, k, reused, t_ms);
             }
             drop(picked);
             let why = (attempt < cluster.retries)
@@ -178,13 +186,7 @@ impl Conn {
             // Connect retries cost the origins nothing and are not budgeted.
             let again = why.is_some_and(|w| w == RetryReason::Connect || budget.try_retry(t_ms));
             if let Some(k) = kind {
-                let then = if again {
-                    retry::Then::Retried
-                } else if sent {
-                    retry::Then::Closed
-                } else {
-                    retry::Then::Answered(status_of(k))
-                };
+                let then = retry::Then::of(again, sent, status_of(k));
                 let a = retry::Attempt {
                     ep,
                     kind: k,
@@ -200,52 +202,6 @@ impl Conn {
             }
             attempt += 1;
             x.rec.retries += 1;
-        }
-    }
-
-    /// [`Conn::attempt`] on endpoint `ep`, once more on a fresh connection if
-    /// a pooled one failed before answering: it was most likely closed by the
-    /// origin while idle. That second dial is not held against the endpoint,
-    /// not logged above debug, and not a retry of `retries`.
-    #[allow(clippy::too_many_arguments)]
-    async fn attempt_endpoint(
-        &mut self,
-        x: &mut Exchange,
-        ep: usize,
-        cluster_ix: usize,
-        filtered: bool,
-        upgrade: bool,
-        retryable: bool,
-        retry_status: u8,
-        head_at: usize,
-    ) -> Result<Next, Failed> {
-        let mut fresh = false;
-        loop {
-            // The head again (an attempt consumes it).
-            x.cl.rewind(head_at);
-            let how = How {
-                filtered,
-                upgrade,
-                retryable,
-                fresh,
-                retry_status,
-            };
-            match self.attempt(x, ep, cluster_ix, how).await {
-                Err(Failed {
-                    fail: Fail::UpstreamEarly(kind),
-                    reused: true,
-                    ..
-                }) if retryable && !fresh => {
-                    crate::log_debug!(
-                        "upstream",
-                        "pooled upstream failed early ({kind:?}), dialing again"
-                    );
-                    self.shard.up.retry(RetryReason::Reset);
-                    x.rec.retries += 1;
-                    fresh = true;
-                }
-                r => return r,
-            }
         }
     }
 
@@ -525,6 +481,28 @@ impl Conn {
             self.refuse(x, status, None).await;
         }
         Next::Close
+    }
+}
+
+/// Counts a failed attempt on `ep` (every one, not only the last:
+/// docs/operations.md) and reports it to the endpoint's passive health.
+fn note_failure(
+    shard: &super::shard::Shard,
+    x: &Exchange,
+    ep: usize,
+    cluster_ix: usize,
+    k: UpstreamError,
+    reused: bool,
+    t_ms: u64,
+) {
+    let rt = &shard.rt;
+    shard.up.endpoints[ep].error(k);
+    shard.counters.cluster_upstream_error(cluster_ix, k);
+    let h = &rt.up.upstreams[ep].health;
+    if k == UpstreamError::Status5xx {
+        note_transition(rt, ep, h.report_status(x.resp.status, t_ms));
+    } else if !reused && health::counts_as_failure(k) {
+        note_transition(rt, ep, h.report_failure(t_ms));
     }
 }
 

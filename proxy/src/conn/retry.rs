@@ -34,6 +34,19 @@ pub(super) enum Then {
     Closed,
 }
 
+impl Then {
+    /// Retried if `again`, else closed if part of the answer was `sent`, else `answer`.
+    pub(super) fn of(again: bool, sent: bool, answer: u16) -> Then {
+        if again {
+            Then::Retried
+        } else if sent {
+            Then::Closed
+        } else {
+            Then::Answered(answer)
+        }
+    }
+}
+
 impl std::fmt::Display for Then {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
