@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::RequestFilter;
 use crate::limits::Limits;
-use crate::upstream::{default_retries, Endpoint, Health, UpstreamTls};
+use crate::upstream::{
+    default_retries, default_retry_on, ClusterTimeouts, Endpoint, Health, RetryOn, UpstreamTls,
+};
 use crate::via::Via;
 
 /// The whole config document.
@@ -222,6 +224,12 @@ pub struct Cluster {
     /// TLS to the endpoints; `None`: plain TCP.
     #[serde(default)]
     pub tls: Option<UpstreamTls>,
+    /// The cluster's own timeouts over the global ones.
+    #[serde(default)]
+    pub timeouts: ClusterTimeouts,
+    /// Failures retried on another endpoint (within `retries` and the retry budget).
+    #[serde(default = "default_retry_on")]
+    pub retry_on: Vec<RetryOn>,
 }
 
 /// Load-balancing policy.

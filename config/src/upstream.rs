@@ -325,6 +325,72 @@ fn d_verify() -> bool {
     true
 }
 
+/// `clusters.NAME.timeouts`: the cluster's own upstream timeouts; an omitted
+/// one is the global `limits.upstream_*_timeout_ms`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTimeouts {
+    /// Connect (and TLS handshake) to one endpoint.
+    #[serde(default)]
+    pub connect_ms: Option<u64>,
+    /// From the request sent to the response head.
+    #[serde(default)]
+    pub header_ms: Option<u64>,
+    /// Between two reads or writes of a body.
+    #[serde(default)]
+    pub idle_ms: Option<u64>,
+}
+
+/// A failure after which `clusters.NAME.retry_on` sends a request to another endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum RetryOn {
+    /// The connect failed: nothing was sent, so any request.
+    #[serde(rename = "connect")]
+    Connect,
+    /// Reset or closed before any response byte.
+    #[serde(rename = "reset")]
+    Reset,
+    /// No response head within the header timeout.
+    #[serde(rename = "timeout")]
+    Timeout,
+    /// The origin answered 502.
+    #[serde(rename = "502")]
+    S502,
+    /// The origin answered 503.
+    #[serde(rename = "503")]
+    S503,
+    /// The origin answered 504.
+    #[serde(rename = "504")]
+    S504,
+}
+
+impl RetryOn {
+    /// Its bit in a set of them.
+    pub fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    /// The bits of the statuses.
+    pub const STATUSES: u8 = 0b111 << RetryOn::S502 as u8;
+
+    /// The bit of a response status, 0 for one that is never retried.
+    pub fn status_bit(status: u16) -> u8 {
+        match status {
+            502 => RetryOn::S502.bit(),
+            503 => RetryOn::S503.bit(),
+            504 => RetryOn::S504.bit(),
+            _ => 0,
+        }
+    }
+}
+
+/// serde default for `Cluster::retry_on`: connect failures and resets
+/// before any response byte (a header timeout is not retried: the origin has
+/// the request and may still act on it).
+pub fn default_retry_on() -> Vec<RetryOn> {
+    vec![RetryOn::Connect, RetryOn::Reset]
+}
+
 /// serde default for `Cluster::retries`.
 pub fn default_retries() -> u32 {
     DEFAULT_RETRIES

@@ -90,6 +90,7 @@ impl Validator<'_> {
             }
         }
         self.range(&format!("{path}.retries"), cluster.retries, 0, MAX_RETRIES);
+        self.retry_policy(path, cluster);
         if let Some(ms) = cluster.resolve_ms {
             let p = format!("{path}.resolve_ms");
             self.range(&p, ms, MIN_RESOLVE_MS, MAX_RESOLVE_MS);
@@ -108,6 +109,38 @@ impl Validator<'_> {
         }
         if let Some(tls) = &cluster.tls {
             self.upstream_tls(&format!("{path}.tls"), tls);
+        }
+    }
+
+    /// `clusters.NAME.timeouts` and `retry_on`.
+    fn retry_policy(&mut self, path: &str, cluster: &Cluster) {
+        let t = &cluster.timeouts;
+        for (name, v) in [
+            ("connect_ms", t.connect_ms),
+            ("header_ms", t.header_ms),
+            ("idle_ms", t.idle_ms),
+        ] {
+            if let Some(v) = v {
+                let p = format!("{path}.timeouts.{name}");
+                self.range(&p, v, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS);
+            }
+        }
+        let mut seen = 0u8;
+        for (i, r) in cluster.retry_on.iter().enumerate() {
+            if seen & r.bit() != 0 {
+                let v = serde_json::to_value(r).unwrap_or_default();
+                self.err(
+                    format!("{path}.retry_on[{i}]"),
+                    format!("{v} is listed twice"),
+                );
+            }
+            seen |= r.bit();
+        }
+        if cluster.retries == 0 && cluster.retry_on != default_retry_on() {
+            self.err(
+                format!("{path}.retry_on"),
+                "has no effect with \"retries\": 0; remove one of them",
+            );
         }
     }
 

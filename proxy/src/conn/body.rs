@@ -212,11 +212,19 @@ pub(super) struct Download<'a> {
     pub head_seen: &'a std::cell::Cell<Option<std::time::Instant>>,
     /// The RateLimit fields to add to the final head (empty for none).
     pub rate_fields: &'a [u8],
+    /// The cluster's header and idle timeouts.
+    pub timeouts: crate::upstream::cluster::UpTimeouts,
+    /// Statuses (`RetryOn::status_bit`) not passed on: the request goes to
+    /// another endpoint instead.
+    pub retry_status: u8,
 }
 
 impl Download<'_> {
     pub async fn run(mut self) -> Result<ResponseEnd, Fail> {
         self.read_response_head().await?;
+        if self.retry_status & zgix_config::RetryOn::status_bit(self.resp.status) != 0 {
+            return Err(Fail::Upstream(UpstreamError::Status5xx));
+        }
         if self.resp.status == 101 {
             self.send_switch().await?;
             return Ok(ResponseEnd {
@@ -234,8 +242,7 @@ impl Download<'_> {
     /// the client's own `Expect: 100-continue`, which went to the origin.
     async fn read_response_head(&mut self) -> Result<(), Fail> {
         let shard = self.shard;
-        self.up
-            .set_read_timeout(Some(shard.rt.timeouts.upstream_header));
+        self.up.set_read_timeout(Some(self.timeouts.header));
         *self.ustart = 0;
         *self.uend = 0;
         let mut got_any = false;
@@ -337,8 +344,7 @@ impl Download<'_> {
     async fn send_response(&mut self) -> Result<ResponseEnd, Fail> {
         let shard = self.shard;
         let filters = &shard.rt.listeners[self.li].filters;
-        self.up
-            .set_read_timeout(Some(shard.rt.timeouts.upstream_idle));
+        self.up.set_read_timeout(Some(self.timeouts.idle));
         let http10 = self.req.version == Version::Http10;
         // An HTTP/1.0 client cannot read chunked framing: de-chunk and delimit by close.
         let dechunk = http10 && self.resp.body == ResponseBody::Chunked;

@@ -5,10 +5,11 @@ use std::io;
 use std::pin::pin;
 use std::task::Poll;
 
+use zgix_config::RetryOn;
 use zgix_parser::{BodyKind, HeaderKind, RequestHead};
 
 use super::body::{BodyRead, Download, ResponseEnd, Sent, Upload};
-use super::{is_timeout, Conn, Exchange, Fail, Next};
+use super::{is_timeout, retry, Conn, Exchange, Fail, Next};
 use crate::http::respond::status_for;
 use crate::http::wire;
 use crate::observe::decision::Decision;
@@ -60,6 +61,31 @@ struct Failed {
     sent: bool,
 }
 
+/// How an attempt is made.
+#[derive(Copy, Clone)]
+struct How {
+    /// The listener's request filters ran (their edits apply).
+    filtered: bool,
+    /// The request asks to switch protocols.
+    upgrade: bool,
+    /// The request may be sent again (idempotent, no body, no upgrade).
+    retryable: bool,
+    /// Dial a new connection, do not take a pooled one.
+    fresh: bool,
+    /// Statuses held back for a retry (`RetryOn::status_bit`).
+    retry_status: u8,
+}
+
+/// zgix's answer to a failed exchange: 504 for a timeout, else 502.
+fn status_of(kind: UpstreamError) -> u16 {
+    match kind {
+        UpstreamError::ConnectTimeout
+        | UpstreamError::HeaderTimeout
+        | UpstreamError::IdleTimeout => 504,
+        _ => 502,
+    }
+}
+
 impl Conn {
     /// Proxies the parsed request to an endpoint of the cluster and streams
     /// the answer back, trying another endpoint when one fails before it
@@ -79,7 +105,10 @@ impl Conn {
         // again; one whose body started streaming never is.
         let retryable = x.req.method.is_idempotent() && !has_body && !upgrade;
         let head_at = x.cl.mark();
-        let retries = rt.up.clusters[cluster_ix].retries;
+        let cluster = &rt.up.clusters[cluster_ix];
+        let budget = &shard.up.budgets[cluster_ix];
+        let now = health::now_ms();
+        budget.request(now);
         let mut tried = lb::Tried::default();
         let mut attempt = 0u32;
         loop {
@@ -89,22 +118,38 @@ impl Conn {
                 cluster_ix,
                 self.id,
                 &mut tried,
-                health::now_ms(),
+                if attempt == 0 { now } else { health::now_ms() },
             );
             let ep = picked.ep;
             x.rec.upstream = Some(ep);
+            // A 502/503/504 in `retry_on` is held back while a retry is open
+            // and the budget has room for it.
+            let statuses = cluster.retry_on & RetryOn::STATUSES;
+            let open = statuses != 0 && retryable && attempt < cluster.retries;
+            let room = open && budget.has_room(health::now_ms());
+            let retry_status = if room { statuses } else { 0 };
             // A pooled connection that fails before answering was most likely
             // closed by the origin while idle: dial once more, same endpoint,
             // whatever `retries` says, and do not hold it against the endpoint.
             let mut fresh = false;
-            let failure = loop {
+            let f = loop {
                 // The head again (an attempt consumes it).
                 x.cl.rewind(head_at);
-                match self
-                    .attempt(x, ep, cluster_ix, filtered, upgrade, retryable, fresh)
-                    .await
-                {
-                    Ok(next) => return next,
+                let how = How {
+                    filtered,
+                    upgrade,
+                    retryable,
+                    fresh,
+                    retry_status,
+                };
+                match self.attempt(x, ep, cluster_ix, how).await {
+                    Ok(next) => {
+                        if open && !room && statuses & RetryOn::status_bit(x.resp.status) != 0 {
+                            // Passed on as it was: the budget refused its retry.
+                            budget.refused.inc();
+                        }
+                        return next;
+                    }
                     Err(Failed {
                         fail: Fail::UpstreamEarly(kind),
                         reused: true,
@@ -119,41 +164,41 @@ impl Conn {
                         fresh = true;
                     }
                     Err(f) => break f,
-                };
+                }
             };
             let Failed {
                 fail: f,
                 reused,
                 sent,
-            } = failure;
+            } = f;
             let kind = match f {
                 Fail::Upstream(k) | Fail::UpstreamEarly(k) => Some(k),
                 _ => None,
             };
+            let t_ms = health::now_ms();
             if let Some(k) = kind {
-                shard.up.endpoints[ep].error(k);
-                if !reused && health::counts_as_failure(k) {
-                    let t = rt.up.upstreams[ep].health.report_failure(health::now_ms());
-                    note_transition(rt, ep, t);
-                }
+                note_failure(&shard, x, ep, cluster_ix, k, reused, t_ms);
             }
             drop(picked);
-            // Another endpoint: a connect failure always (nothing was sent),
-            // a failure before any response byte for a retryable request.
-            let again = attempt < retries
-                && match f {
-                    Fail::Upstream(k) if k.is_connect() => {
-                        shard.up.retry(RetryReason::Connect);
-                        true
-                    }
-                    Fail::UpstreamEarly(_) if retryable => {
-                        shard.up.retry(RetryReason::Reset);
-                        true
-                    }
-                    _ => false,
+            let why = (attempt < cluster.retries)
+                .then(|| retry::retry_reason(&f, retryable, cluster.retry_on))
+                .flatten();
+            // Connect retries cost the origins nothing and are not budgeted.
+            let again = why.is_some_and(|w| w == RetryReason::Connect || budget.try_retry(t_ms));
+            if let Some(k) = kind {
+                let then = retry::Then::of(again, sent, status_of(k));
+                let a = retry::Attempt {
+                    ep,
+                    kind: k,
+                    status: x.resp.status,
+                    client: self.ip,
+                    request_id: x.rec.request_id.as_bytes(),
                 };
-            if !again {
-                return self.failed(x, f, cluster_ix, sent).await;
+                retry::log_failure(rt, &a, then);
+            }
+            match why {
+                Some(w) if again => shard.up.retry(w),
+                _ => return self.failed(x, f, sent).await,
             }
             attempt += 1;
             x.rec.retries += 1;
@@ -163,22 +208,26 @@ impl Conn {
     /// One try on endpoint `ep`: connect (or reuse), exchange, keep or drop
     /// the connections. `Err` carries the failure and whether the upstream
     /// connection came from the pool.
-    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &mut self,
         x: &mut Exchange,
         ep: usize,
         cluster_ix: usize,
-        filtered: bool,
-        upgrade: bool,
-        retryable: bool,
-        fresh: bool,
+        how: How,
     ) -> Result<Next, Failed> {
         let shard = self.shard.clone();
         let rt = &shard.rt;
+        let How {
+            filtered,
+            upgrade,
+            retryable,
+            fresh,
+            ..
+        } = how;
+        let timeouts = rt.up.clusters[cluster_ix].timeouts;
         let coalesced = self.write_upstream_head(x, ep, filtered, upgrade);
         let (up, reused) = self
-            .acquire_upstream(ep, !retryable, fresh)
+            .acquire_upstream(ep, !retryable, fresh, timeouts.connect)
             .await
             .map_err(|k| Failed {
                 fail: Fail::Upstream(k),
@@ -186,7 +235,7 @@ impl Conn {
                 sent: false,
             })?;
         let (end, body_done, ttfb) = self
-            .exchange(x, &up, reused, coalesced, filtered, upgrade)
+            .exchange(x, &up, reused, coalesced, how)
             .await
             .map_err(|(fail, sent)| Failed { fail, reused, sent })?;
         let li = self.li;
@@ -281,6 +330,7 @@ impl Conn {
         ep: usize,
         must_be_alive: bool,
         fresh: bool,
+        timeout: std::time::Duration,
     ) -> Result<(UpConn, bool), UpstreamError> {
         let shard = &self.shard;
         let now = shard.driver.now();
@@ -295,7 +345,6 @@ impl Conn {
             // A name that never resolved.
             return Err(UpstreamError::ConnectOther);
         };
-        let timeout = shard.rt.timeouts.upstream_connect;
         UpConn::connect(&shard.driver, &shard.rt.up, ep, addr, timeout)
             .await
             .map(|s| (s, false))
@@ -310,12 +359,18 @@ impl Conn {
         up: &UpConn,
         reused: bool,
         coalesced: u64,
-        filtered: bool,
-        upgrade: bool,
+        how: How,
     ) -> Result<(ResponseEnd, bool, Option<u64>), (Fail, bool)> {
         let shard = self.shard.clone();
-        let t = &shard.rt.timeouts;
-        up.set_write_timeout(Some(t.upstream_idle));
+        let How {
+            filtered, upgrade, ..
+        } = how;
+        let cluster = x
+            .rec
+            .upstream
+            .map_or(0, |ep| shard.rt.up.upstreams[ep].cluster);
+        let timeouts = shard.rt.up.clusters[cluster].timeouts;
+        up.set_write_timeout(Some(timeouts.idle));
         let li = self.li;
         let client = &self.client;
         let early = |e: &io::Error| {
@@ -372,6 +427,8 @@ impl Conn {
             via: shard.rt.config.via.name().map(str::as_bytes),
             head_seen: &head_seen,
             rate_fields: &x.rate_fields,
+            timeouts,
+            retry_status: how.retry_status,
         };
         let mut up_fut = pin!(upload.run());
         let mut down_fut = pin!(download.run());
@@ -399,25 +456,11 @@ impl Conn {
 
     /// Ends a failed exchange: an answer if the client has seen nothing yet, else a close.
     /// `sent`: bytes of a final answer reached the client already.
-    pub(super) async fn failed(
-        &mut self,
-        x: &mut Exchange,
-        f: Fail,
-        cluster_ix: usize,
-        sent: bool,
-    ) -> Next {
-        let shard = self.shard.clone();
+    pub(super) async fn failed(&mut self, x: &mut Exchange, f: Fail, sent: bool) -> Next {
         let status = match f {
             Fail::UpstreamEarly(kind) | Fail::Upstream(kind) => {
-                shard.counters.cluster_upstream_error(cluster_ix, kind);
                 x.rec.decision = Decision::UpstreamError(kind);
-                crate::log_debug!("upstream", "upstream error: {}", kind.label());
-                match kind {
-                    UpstreamError::ConnectTimeout
-                    | UpstreamError::HeaderTimeout
-                    | UpstreamError::IdleTimeout => 504,
-                    _ => 502,
-                }
+                status_of(kind)
             }
             Fail::ClientGone => {
                 // nginx's 499: the client closed before its answer was done.
@@ -441,13 +484,36 @@ impl Conn {
     }
 }
 
-/// Logs an endpoint's ejection or recovery (operator-facing, rate-limited).
+/// Counts a failed attempt on `ep` (every one, not only the last:
+/// docs/operations.md) and reports it to the endpoint's passive health.
+fn note_failure(
+    shard: &super::shard::Shard,
+    x: &Exchange,
+    ep: usize,
+    cluster_ix: usize,
+    k: UpstreamError,
+    reused: bool,
+    t_ms: u64,
+) {
+    let rt = &shard.rt;
+    shard.up.endpoints[ep].error(k);
+    shard.counters.cluster_upstream_error(cluster_ix, k);
+    let h = &rt.up.upstreams[ep].health;
+    if k == UpstreamError::Status5xx {
+        note_transition(rt, ep, h.report_status(x.resp.status, t_ms));
+    } else if !reused && health::counts_as_failure(k) {
+        note_transition(rt, ep, h.report_failure(t_ms));
+    }
+}
+
+/// Logs an endpoint's ejection or recovery at info (operator-facing,
+/// rate-limited); the failures that led to it are warn lines of their own.
 fn note_transition(rt: &Runtime, ep: usize, t: health::Transition) {
     let u = &rt.up.upstreams[ep];
     let cluster = &rt.up.clusters[u.cluster].name;
     match t {
         health::Transition::Ejected(ms) => {
-            crate::log_warn!(
+            crate::log_info!(
                 "upstream",
                 "clusters.{cluster}: {} ejected for {ms} ms",
                 u.label

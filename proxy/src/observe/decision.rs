@@ -148,6 +148,9 @@ pub enum UpstreamError {
     BadResponse,
     /// The TLS handshake with the origin failed (certificate refused, alert).
     ConnectTls,
+    /// The origin answered 502, 503 or 504 and `retry_on` sent the request
+    /// to another endpoint (a failed attempt; the client never sees it).
+    Status5xx,
 }
 
 impl UpstreamError {
@@ -162,7 +165,7 @@ impl UpstreamError {
         )
     }
 
-    pub const ALL: [UpstreamError; 8] = [
+    pub const ALL: [UpstreamError; 9] = [
         UpstreamError::ConnectRefused,
         UpstreamError::ConnectTimeout,
         UpstreamError::ConnectOther,
@@ -171,6 +174,7 @@ impl UpstreamError {
         UpstreamError::IdleTimeout,
         UpstreamError::BadResponse,
         UpstreamError::ConnectTls,
+        UpstreamError::Status5xx,
     ];
     pub fn label(self) -> &'static str {
         match self {
@@ -182,6 +186,7 @@ impl UpstreamError {
             UpstreamError::IdleTimeout => "idle_timeout",
             UpstreamError::BadResponse => "bad_response",
             UpstreamError::ConnectTls => "tls_handshake",
+            UpstreamError::Status5xx => "status_5xx",
         }
     }
 }

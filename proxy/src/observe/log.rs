@@ -120,14 +120,7 @@ impl Site {
     /// Starts a new window if `sec` is past the current one, reporting what
     /// the old window suppressed.
     fn roll(&self, sec: u64) {
-        let w = self.window.load(Ordering::Relaxed);
-        if w != sec
-            && self
-                .window
-                .compare_exchange(w, sec, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.lines.store(0, Ordering::Relaxed);
+        if new_window(&self.window, &self.lines, sec) {
             let n = self.suppressed.swap(0, Ordering::Relaxed);
             if n > 0 {
                 write_line(
@@ -139,6 +132,67 @@ impl Site {
             }
         }
     }
+}
+
+/// A rate limit kept per subject rather than per call site (an upstream
+/// endpoint's failure lines): [`BURST`] lines a second, the rest counted and
+/// the count handed to the next line written, which names it. Atomics only:
+/// shards share it without a lock.
+#[derive(Default)]
+pub struct Limiter {
+    window: AtomicU64,
+    lines: AtomicU64,
+    /// Suppressed since the last line written.
+    pending: AtomicU64,
+    /// Suppressed since start (a metric).
+    pub suppressed_total: AtomicU64,
+}
+
+impl Limiter {
+    /// `None` when this second's burst is used (the line is counted);
+    /// else how many lines were suppressed before this one.
+    pub fn admit(&self, unix_ms: u64) -> Option<u64> {
+        new_window(&self.window, &self.lines, unix_ms / 1000);
+        if self.lines.fetch_add(1, Ordering::Relaxed) >= BURST {
+            self.pending.fetch_add(1, Ordering::Relaxed);
+            self.suppressed_total.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.pending.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// Writes one line at `level` if `limiter` admits it, with `, N earlier
+/// line(s) suppressed` appended when some were.
+pub fn log_limited(limiter: &Limiter, level: Level, component: &str, args: fmt::Arguments<'_>) {
+    if !enabled(level) {
+        return;
+    }
+    let now = unix_ms();
+    match limiter.admit(now) {
+        None => {}
+        Some(0) => write_line(now, level, component, args),
+        Some(n) => write_line(
+            now,
+            level,
+            component,
+            format_args!("{args} ({n} earlier line(s) suppressed)"),
+        ),
+    }
+}
+
+/// Moves `window` to second `sec` and zeroes its line count if it held an
+/// earlier one; true for the one caller that moved it.
+fn new_window(window: &AtomicU64, lines: &AtomicU64, sec: u64) -> bool {
+    let w = window.load(Ordering::Relaxed);
+    let moved = w != sec
+        && window
+            .compare_exchange(w, sec, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+    if moved {
+        lines.store(0, Ordering::Relaxed);
+    }
+    moved
 }
 
 /// Reports sites whose suppressed lines have not been followed by a new
@@ -287,6 +341,20 @@ mod tests {
         }
         assert_eq!(Level::parse("trace"), None);
         assert!(Level::Error < Level::Debug);
+    }
+
+    #[test]
+    fn a_limiter_admits_its_burst_then_hands_the_count_to_the_next_line() {
+        let l = Limiter::default();
+        let t = 5_000_000;
+        for _ in 0..BURST {
+            assert_eq!(l.admit(t), Some(0));
+        }
+        assert_eq!(l.admit(t + 1), None);
+        assert_eq!(l.admit(t + 999), None);
+        assert_eq!(l.admit(t + 1000), Some(2));
+        assert_eq!(l.admit(t + 1001), Some(0));
+        assert_eq!(l.suppressed_total.load(Ordering::Relaxed), 2);
     }
 
     #[test]

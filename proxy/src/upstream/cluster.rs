@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use zgix_config::{Active, Config, Lb, Target};
 
@@ -27,6 +28,10 @@ pub struct ClusterRt {
     pub lb: Lb,
     /// Further tries on another endpoint (`clusters.NAME.retries`).
     pub retries: u32,
+    /// `clusters.NAME.retry_on` as a set of [`RetryOn::bit`]s.
+    pub retry_on: u8,
+    /// The cluster's connect, header and idle timeouts (its own, else the global ones).
+    pub timeouts: UpTimeouts,
     /// The active check, if configured (run by `health::run_prober`).
     pub active: Option<Active>,
     /// Panic-mode flag.
@@ -39,6 +44,27 @@ pub struct ClusterRt {
     /// `zgix_upstream_tls_failures_total` of the cluster (rendered while
     /// `tls` is set), continued across reloads by the cluster's name.
     pub tls_failures: Arc<TlsFailures>,
+}
+
+/// The timeouts of one cluster's exchanges.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UpTimeouts {
+    pub connect: Duration,
+    pub header: Duration,
+    pub idle: Duration,
+}
+
+impl UpTimeouts {
+    /// `clusters.NAME.timeouts` over `limits.upstream_*_timeout_ms`.
+    fn of(c: &zgix_config::Cluster, l: &zgix_config::Limits) -> UpTimeouts {
+        let t = &c.timeouts;
+        let ms = |own: Option<u64>, global: u64| Duration::from_millis(own.unwrap_or(global));
+        UpTimeouts {
+            connect: ms(t.connect_ms, l.upstream_connect_timeout_ms),
+            header: ms(t.header_ms, l.upstream_header_timeout_ms),
+            idle: ms(t.idle_ms, l.upstream_idle_timeout_ms),
+        }
+    }
 }
 
 /// One endpoint slot: fixed at load for the life of the process, whether its
@@ -55,6 +81,8 @@ pub struct UpstreamRt {
     pub hrw_key: u64,
     pub addr: AtomicAddr,
     pub health: EndpointHealth,
+    /// Rate limit of this endpoint's failure lines in the error log.
+    pub log: Arc<crate::observe::log::Limiter>,
 }
 
 /// The upstream part of a runtime: every cluster and endpoint slot, their
@@ -87,9 +115,10 @@ impl Upstreams {
         let l = &config.limits;
         let mut upstreams: Vec<UpstreamRt> = Vec::new();
         let mut clusters = Vec::new();
-        let trial_ms = l.upstream_connect_timeout_ms + l.upstream_header_timeout_ms;
         for (ci, (name, c)) in config.clusters.iter().enumerate() {
             let first = upstreams.len();
+            let timeouts = UpTimeouts::of(c, l);
+            let trial_ms = (timeouts.connect + timeouts.header).as_millis() as u64;
             for ep in &c.endpoints {
                 let target = ep.target().expect("validated: endpoint parses");
                 upstreams.push(UpstreamRt {
@@ -103,6 +132,7 @@ impl Upstreams {
                     label: ep.address.clone(),
                     weight: ep.weight,
                     health: EndpointHealth::new(c.health.passive, trial_ms),
+                    log: Default::default(),
                 });
             }
             clusters.push(ClusterRt {
@@ -110,6 +140,8 @@ impl Upstreams {
                 endpoints: (first..upstreams.len()).collect(),
                 lb: c.lb,
                 retries: c.retries,
+                retry_on: c.retry_on.iter().fold(0, |m, r| m | r.bit()),
+                timeouts,
                 active: c.health.active.clone(),
                 health: ClusterHealth::default(),
                 resolve_ms: c.resolve_ms,

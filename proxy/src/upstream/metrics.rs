@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::observe::counter::Counter;
 use crate::observe::decision::UpstreamError;
+use crate::upstream::budget::RetryBudget;
 
 /// Upper bounds of the time-to-first-byte buckets, in microseconds: 100 µs to 10 s.
 pub const TTFB_BUCKETS_US: [u64; 16] = [
@@ -25,14 +26,25 @@ pub enum RetryReason {
     Connect,
     /// Reset or closed before any response byte, idempotent request without a body.
     Reset,
+    /// No response head within the header timeout (`retry_on` "timeout").
+    Timeout,
+    /// The origin answered 502, 503 or 504 (`retry_on` "502" ...).
+    Status,
 }
 
 impl RetryReason {
-    pub const ALL: [RetryReason; 2] = [RetryReason::Connect, RetryReason::Reset];
+    pub const ALL: [RetryReason; 4] = [
+        RetryReason::Connect,
+        RetryReason::Reset,
+        RetryReason::Timeout,
+        RetryReason::Status,
+    ];
     pub fn label(self) -> &'static str {
         match self {
             RetryReason::Connect => "connect",
             RetryReason::Reset => "reset_before_response",
+            RetryReason::Timeout => "header_timeout",
+            RetryReason::Status => "status",
         }
     }
 }
@@ -93,6 +105,8 @@ pub struct ShardUpstream {
     pub retries: Arc<[Counter; RetryReason::ALL.len()]>,
     /// Picks made in panic mode, per cluster.
     pub panic_picks: Box<[Arc<Counter>]>,
+    /// Each cluster's retry budget on this shard.
+    pub budgets: Box<[Arc<RetryBudget>]>,
 }
 
 impl ShardUpstream {
@@ -101,6 +115,7 @@ impl ShardUpstream {
             endpoints: (0..endpoints).map(|_| Arc::default()).collect(),
             retries: Arc::default(),
             panic_picks: (0..clusters).map(|_| Arc::default()).collect(),
+            budgets: (0..clusters).map(|_| Arc::default()).collect(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The upstreams: endpoint choice (the balancer), upstream connections (plain or TLS) and their keep-alive pools, endpoint health and its active prober, address resolution, and the per-endpoint counters. Uses the driver and observability; knows nothing of client connections.
 
+pub mod budget;
 pub mod cluster;
 pub mod conn;
 pub mod health;

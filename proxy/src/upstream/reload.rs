@@ -30,6 +30,11 @@ fn counters(next: &mut Upstreams, prev: &Upstreams) {
     let next_eps: Vec<(String, String)> = (0..next.upstreams.len())
         .map(|ep| ep_of(next, ep))
         .collect();
+    for (ep, key) in next_eps.iter().enumerate() {
+        if let Some(p) = prev_eps.iter().position(|k| k == key) {
+            next.upstreams[ep].log = prev.upstreams[p].log.clone();
+        }
+    }
     for (i, shard) in next.upstream_stats.shards.iter_mut().enumerate() {
         let Some(old) = prev.upstream_stats.shards.get(i) else {
             continue;
@@ -44,6 +49,7 @@ fn counters(next: &mut Upstreams, prev: &Upstreams) {
         for (ci, c) in next.clusters.iter().enumerate() {
             if let Some(p) = prev.clusters.iter().position(|o| o.name == c.name) {
                 shard.panic_picks[ci] = old.panic_picks[p].clone();
+                shard.budgets[ci] = old.budgets[p].clone();
             }
         }
     }

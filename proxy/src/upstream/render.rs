@@ -101,6 +101,32 @@ pub fn render(up: &Upstreams) -> String {
             c.name
         );
     }
+    family(
+        &mut o,
+        "zgix_upstream_retry_budget_refused_total",
+        "counter",
+        "Retries not made because the cluster's retry budget (20 % of its requests over 10 s, at least 3) was spent.",
+    );
+    for (ci, c) in up.clusters.iter().enumerate() {
+        let v: u64 = m.shards.iter().map(|s| s.budgets[ci].refused.get()).sum();
+        let _ = writeln!(
+            o,
+            "zgix_upstream_retry_budget_refused_total{{cluster=\"{}\"}} {v}",
+            c.name
+        );
+    }
+    per_endpoint(
+        &mut o,
+        "zgix_upstream_error_log_suppressed_total",
+        "counter",
+        "Upstream failure lines not written to the error log (at most 10 a second per endpoint).",
+        &|ep| {
+            up.upstreams[ep]
+                .log
+                .suppressed_total
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    );
     tls_failures(&mut o, up);
     ttfb(&mut o, up, &labels);
     o

@@ -225,3 +225,59 @@ fn upstream_tls_defaults_and_rules() {
     let e = load(&with(&[("/clusters/api/tls", json!({"sni": "x"}))])).unwrap_err();
     assert!(e[0].to_string().contains("unknown field `sni`"), "{e:?}");
 }
+
+#[test]
+fn cluster_timeouts_and_retry_on() {
+    let c = load(&with(&[
+        ("/clusters/api/timeouts", json!({"header_ms": 250})),
+        (
+            "/clusters/api/retry_on",
+            json!(["connect", "timeout", "503"]),
+        ),
+    ]))
+    .unwrap();
+    let api = &c.clusters["api"];
+    assert_eq!(api.timeouts.header_ms, Some(250));
+    assert_eq!(api.timeouts.connect_ms, None);
+    use crate::upstream::RetryOn;
+    assert_eq!(
+        api.retry_on,
+        [RetryOn::Connect, RetryOn::Timeout, RetryOn::S503]
+    );
+    let d = load(&with(&[])).unwrap();
+    assert_eq!(
+        d.clusters["api"].retry_on,
+        [RetryOn::Connect, RetryOn::Reset]
+    );
+    assert_eq!(
+        errs(&[
+            (
+                "/clusters/api/timeouts",
+                json!({"connect_ms": 0, "header_ms": 3_600_001, "idle_ms": 5})
+            ),
+            ("/clusters/api/retry_on", json!(["reset", "503", "reset"])),
+        ]),
+        [
+            "clusters.api.timeouts.connect_ms: must be between 1 and 3600000, got 0",
+            "clusters.api.timeouts.header_ms: must be between 1 and 3600000, got 3600001",
+            "clusters.api.retry_on[2]: \"reset\" is listed twice",
+        ]
+    );
+    let e = errs(&[("/clusters/api/retry_on", json!(["connect", "500"]))]);
+    assert!(
+        e[0].starts_with("clusters.api.retry_on[1]: unknown variant `500`, expected one of `connect`, `reset`, `timeout`, `502`, `503`, `504`"),
+        "{e:?}"
+    );
+    let e = errs(&[("/clusters/api/timeouts", json!({"read_ms": 1}))]);
+    assert!(
+        e[0].starts_with("clusters.api.timeouts.read_ms: unknown field `read_ms`"),
+        "{e:?}"
+    );
+    one(
+        &[
+            ("/clusters/api/retries", json!(0)),
+            ("/clusters/api/retry_on", json!(["503"])),
+        ],
+        "clusters.api.retry_on: has no effect with \"retries\": 0; remove one of them",
+    );
+}
