@@ -429,7 +429,8 @@ fn active_health_transitions_are_error_log_lines() {
     let line = log.lines().find(|l| l.contains(&want)).unwrap();
     let (level, component, msg) =
         log_message(line).unwrap_or_else(|| panic!("not in the log format: {line}"));
-    assert_eq!((level, component), ("warn", "upstream"), "{line}");
+    // Issue 24 part 2: an endpoint taken out or brought back is an `info` line.
+    assert_eq!((level, component), ("info", "upstream"), "{line}");
     assert!(msg.ends_with("); down"), "{line}");
     assert!(
         !log.lines().any(|l| l.starts_with("zgix: clusters.")),

@@ -101,7 +101,7 @@ async fn probe_loop(
             Err(why) => {
                 (good, bad) = (0, bad.saturating_add(1));
                 if bad >= active.unhealthy && u.health.set_active_down(true) {
-                    crate::log_warn!(
+                    crate::log_info!(
                         "upstream",
                         "clusters.{cluster}: {} failed {bad} active checks ({why}); down",
                         u.label
