@@ -15,6 +15,7 @@ use crate::http::wire;
 use crate::observe::decision::Decision;
 use crate::observe::decision::UpstreamError;
 use crate::runtime::Runtime;
+use crate::upstream::cluster::UpTimeouts;
 use crate::upstream::conn::UpConn;
 use crate::upstream::health;
 use crate::upstream::lb;
@@ -74,6 +75,8 @@ struct How {
     fresh: bool,
     /// Statuses held back for a retry (`RetryOn::status_bit`).
     retry_status: u8,
+    /// The cluster's connect, header and idle timeouts.
+    timeouts: UpTimeouts,
 }
 
 /// zgix's answer to a failed exchange: 504 for a timeout, else 502.
@@ -141,6 +144,7 @@ impl Conn {
                     retryable,
                     fresh,
                     retry_status,
+                    timeouts: cluster.timeouts,
                 };
                 match self.attempt(x, ep, cluster_ix, how).await {
                     Ok(next) => {
@@ -222,9 +226,9 @@ impl Conn {
             upgrade,
             retryable,
             fresh,
+            timeouts,
             ..
         } = how;
-        let timeouts = rt.up.clusters[cluster_ix].timeouts;
         let coalesced = self.write_upstream_head(x, ep, filtered, upgrade);
         let (up, reused) = self
             .acquire_upstream(ep, !retryable, fresh, timeouts.connect)
@@ -363,13 +367,11 @@ impl Conn {
     ) -> Result<(ResponseEnd, bool, Option<u64>), (Fail, bool)> {
         let shard = self.shard.clone();
         let How {
-            filtered, upgrade, ..
+            filtered,
+            upgrade,
+            timeouts,
+            ..
         } = how;
-        let cluster = x
-            .rec
-            .upstream
-            .map_or(0, |ep| shard.rt.up.upstreams[ep].cluster);
-        let timeouts = shard.rt.up.clusters[cluster].timeouts;
         up.set_write_timeout(Some(timeouts.idle));
         let li = self.li;
         let client = &self.client;
