@@ -6,7 +6,7 @@
 #
 #   full handshakes   `openssl s_time -new` (TLS 1.3, a new session each time)
 #   resumed           `openssl s_time -reuse` (TLS 1.3 tickets)
-#   keep-alive HTTPS  wrk over https:// (64-byte bodies; --body-bytes N)
+#   keep-alive HTTPS  wrk --latency over https:// (64-byte bodies; --body-bytes N): CPU per request and p99
 #   --rows            the three rows in turn, each its own run of the above with
 #                     fresh processes: ECDSA P-256 / 64 B, RSA-2048 / 64 B and
 #                     ECDSA P-256 / 16 KiB bodies; one table of the three.
@@ -66,11 +66,11 @@ if [ "$rows" = 1 ]; then
         out="$("$0" --no-build "${args[@]}" "$@")"
         printf '== %s\n%s\n' "$label" "$out" >&2
         printf '%s\n' "$out" | awk -v l="$label" '
-            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s\n", l, $1, $2, $3, $4, $5}
+            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s %14s\n", l, $1, $2, $3, $4, $5, $6}
             /^zgix \/ better/ {r = r " " $NF}
-            END {printf "%-12s ratios to the better peer (full, resumed, request):%s\n", l, r}'
+            END {printf "%-12s ratios to the better peer (full, resumed, request, p99):%s\n", l, r}'
     }
-    printf '%-12s %-9s %14s %14s %14s %14s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request"
+    printf '%-12s %-9s %14s %14s %14s %14s %14s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us"
     row ecdsa-64B
     row rsa2048-64B --rsa
     row ecdsa-16KiB --body-bytes 16384
@@ -237,33 +237,35 @@ handshakes() {
     awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN {printf "%d %.1f\n", n, (b - a) * 1e6 / hz / n}'
 }
 
-# keepalive TARGET: "requests us_per_request"
+# keepalive TARGET: "requests us_per_request p99_us"
 keepalive() {
-    local t="$1" port out n c0 c1
+    local t="$1" port out n c0 c1 p99
     port="$(port_of "$t")"
     c0="$(cpu_ticks "$t")"
-    out="$(taskset -c "$client_cpu" wrk -t1 -c16 -d"${duration}s" "https://127.0.0.1:$port/" 2>&1)"
+    out="$(taskset -c "$client_cpu" wrk -t1 -c16 -d"${duration}s" --latency "https://127.0.0.1:$port/" 2>&1)"
     c1="$(cpu_ticks "$t")"
     n="$(printf '%s\n' "$out" | awk '/requests in/ {print $1; exit}')"
     [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "bench-tls: $t answered no request: $out" >&2; exit 1; }
-    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN {printf "%d %.1f\n", n, (b - a) * 1e6 / hz / n}'
+    p99="$(to_us "$(printf '%s\n' "$out" | awk '$1 == "99%" {print $2; exit}')")"
+    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v p="$p99" 'BEGIN {printf "%d %.1f %s\n", n, (b - a) * 1e6 / hz / n, p}'
 }
 
-declare -A full=() resumed=() ka=() fullrate=()
+declare -A full=() resumed=() ka=() fullrate=() kap99=()
 for r in $(seq "$rounds"); do
     for t in zgix nginx haproxy; do
         read -r n us <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "
         read -r n us <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "
-        read -r n us <<<"$(keepalive "$t")"; ka[$t]+="$us "
+        read -r n us p99 <<<"$(keepalive "$t")"; ka[$t]+="$us "; kap99[$t]+="$p99 "
     done
     echo "round $r done" >&2
 done
 
 med() { tr ' ' '\n' | grep -v '^$' | median; }
-printf '\n%-9s %14s %14s %14s %14s\n' target "full/s(client)" "us/full" "us/resumed" "us/request"
+printf '\n%-9s %14s %14s %14s %14s %14s\n' target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us"
 for t in zgix nginx haproxy; do
-    printf '%-9s %14s %14s %14s %14s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
-        "$(echo "${full[$t]}" | med)" "$(echo "${resumed[$t]}" | med)" "$(echo "${ka[$t]}" | med)"
+    printf '%-9s %14s %14s %14s %14s %14s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
+        "$(echo "${full[$t]}" | med)" "$(echo "${resumed[$t]}" | med)" "$(echo "${ka[$t]}" | med)" \
+        "$(echo "${kap99[$t]}" | med)"
 done
 ratio() { # KIND
     local -n m="$1"
@@ -273,5 +275,5 @@ ratio() { # KIND
     awk -v z="$z" -v b="$best" -v k="$1" 'BEGIN {printf "zgix / better peer, %s: %.2f\n", k, z / b}'
 }
 echo
-ratio full; ratio resumed; ratio ka
+ratio full; ratio resumed; ratio ka; ratio kap99
 echo "(server CPU per handshake or request; $([ "$rsa" = 1 ] && echo RSA-2048 || echo ECDSA P-256), $body-byte bodies; the client runs on CPU $client_cpu and may be the rate limit: full/s is the client's pace)"
