@@ -98,6 +98,14 @@ impl Mailbox {
         seq
     }
 
+    /// Wakes the shard without a command: a draining shard then looks at
+    /// [`crate::process::lifecycle::LIFECYCLE`]'s `cut_now` again.
+    pub fn wake(&self) {
+        if let Some(n) = self.notifier.get() {
+            n.notify();
+        }
+    }
+
     /// The shard's side: the next command, if any.
     pub fn take(&self) -> Option<(u64, Command)> {
         self.queue

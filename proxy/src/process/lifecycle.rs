@@ -47,11 +47,13 @@ pub static LIFECYCLE: Lifecycle = Lifecycle {
 pub const EXIT_DRAIN_CUT: i32 = 3;
 
 /// A second drain signal: asks the shards to count what they still hold
-/// into `cut_*` and stop, and waits (at most a second) until they did.
-pub fn cut_now(live: &std::sync::atomic::AtomicUsize) {
+/// into `cut_*` and stop (`wake` wakes each draining shard to look), and
+/// waits (at most a second) until they did.
+pub fn cut_now(live: &std::sync::atomic::AtomicUsize, wake: impl Fn()) {
     LIFECYCLE
         .cut_now
         .store(true, std::sync::atomic::Ordering::Release);
+    wake();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while live.load(std::sync::atomic::Ordering::Acquire) > 0 && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(5));

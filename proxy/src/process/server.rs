@@ -292,7 +292,9 @@ fn drain(mut server: Server, signals: &Signals, control: ControlThread, live: &A
         if let Some(Signal::Drain(_)) = signals.wait(Duration::from_millis(20)) {
             crate::log_info!("server", "second signal: exiting now");
             forced = true;
-            crate::process::lifecycle::cut_now(live);
+            crate::process::lifecycle::cut_now(live, || {
+                server.mailboxes.iter().for_each(|m| m.wake());
+            });
             break;
         }
     }

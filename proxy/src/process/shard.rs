@@ -1,6 +1,7 @@
 //! A shard's executor: one pinned glommio executor per CPU, binding its listeners, running their accept loops, switching generations and publishing its counters each tick; the state its connections run on is `conn::shard::Shard`.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::rc::{Rc, Weak};
@@ -360,14 +361,12 @@ pub async fn run(
     driver_task.await;
 }
 
-/// How often a draining shard looks at [`Lifecycle::cut_now`] (a second
-/// drain signal); polled only while draining.
+/// Waits until every connection of `cur` closed (true), the drain timeout
+/// passed or a second drain signal asked to cut now (false). The signal's
+/// thread sets [`Lifecycle::cut_now`] and then wakes the shard through its
+/// notifier, so the flag is read once per wake-up, not on a timer.
 ///
 /// [`Lifecycle::cut_now`]: crate::process::lifecycle::Lifecycle::cut_now
-const CUT_POLL: Duration = Duration::from_millis(10);
-
-/// Waits until every connection of `cur` closed (true), the drain timeout
-/// passed or a second drain signal asked to cut now (false).
 async fn drained(driver: &Rc<Driver>, cur: &Shard) -> bool {
     let gate = cur.gate.clone();
     let deadline = driver.now() + cur.rt.timeouts.drain;
@@ -375,6 +374,8 @@ async fn drained(driver: &Rc<Driver>, cur: &Shard) -> bool {
         let _ = gate.close().await;
     });
     loop {
+        // Read after the notified() of the previous turn completed: a cut
+        // stored before its wake-up is seen here.
         let now = driver.now();
         if now >= deadline
             || crate::process::lifecycle::LIFECYCLE
@@ -383,8 +384,14 @@ async fn drained(driver: &Rc<Driver>, cur: &Shard) -> bool {
         {
             return false;
         }
-        let wait = (deadline - now).min(CUT_POLL);
-        if driver.timeout(wait, close.as_mut()).await.is_some() {
+        let mut woken = std::pin::pin!(driver.notified());
+        let closed_or_woken = std::future::poll_fn(|cx| {
+            if close.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(true);
+            }
+            woken.as_mut().poll(cx).map(|()| false)
+        });
+        if let Some(true) = driver.timeout(deadline - now, closed_or_woken).await {
             return true;
         }
     }
