@@ -87,34 +87,7 @@ pub fn render(up: &Upstreams) -> String {
             );
         }
     }
-    family(
-        &mut o,
-        "zgix_upstream_panic_picks_total",
-        "counter",
-        "Picks made while no endpoint of the cluster was healthy (panic mode: every endpoint is used).",
-    );
-    for (ci, c) in up.clusters.iter().enumerate() {
-        let v: u64 = m.shards.iter().map(|s| s.panic_picks[ci].get()).sum();
-        let _ = writeln!(
-            o,
-            "zgix_upstream_panic_picks_total{{cluster=\"{}\"}} {v}",
-            c.name
-        );
-    }
-    family(
-        &mut o,
-        "zgix_upstream_retry_budget_refused_total",
-        "counter",
-        "Retries not made because the cluster's retry budget (20 % of its requests over 10 s, at least 3) was spent.",
-    );
-    for (ci, c) in up.clusters.iter().enumerate() {
-        let v: u64 = m.shards.iter().map(|s| s.budgets[ci].refused.get()).sum();
-        let _ = writeln!(
-            o,
-            "zgix_upstream_retry_budget_refused_total{{cluster=\"{}\"}} {v}",
-            c.name
-        );
-    }
+    per_cluster(&mut o, up);
     per_endpoint(
         &mut o,
         "zgix_upstream_error_log_suppressed_total",
@@ -130,6 +103,30 @@ pub fn render(up: &Upstreams) -> String {
     tls_failures(&mut o, up);
     ttfb(&mut o, up, &labels);
     o
+}
+
+/// The families labelled by cluster alone: panic-mode picks and the retry
+/// budget's refusals, summed over the shards.
+fn per_cluster(o: &mut String, up: &Upstreams) {
+    let m = &up.upstream_stats;
+    let each = |o: &mut String, name: &str, help: &str, v: &dyn Fn(usize) -> u64| {
+        family(o, name, "counter", help);
+        for (ci, c) in up.clusters.iter().enumerate() {
+            let _ = writeln!(o, "{name}{{cluster=\"{}\"}} {}", c.name, v(ci));
+        }
+    };
+    each(
+        o,
+        "zgix_upstream_panic_picks_total",
+        "Picks made while no endpoint of the cluster was healthy (panic mode: every endpoint is used).",
+        &|ci| m.shards.iter().map(|s| s.panic_picks[ci].get()).sum(),
+    );
+    each(
+        o,
+        "zgix_upstream_retry_budget_refused_total",
+        "Retries not made because the cluster's retry budget (20 % of its requests over 10 s, at least 3) was spent.",
+        &|ci| m.shards.iter().map(|s| s.budgets[ci].refused.get()).sum(),
+    );
 }
 
 /// `zgix_upstream_tls_failures_total{cluster,reason}`: failed handshakes
