@@ -4,8 +4,10 @@
 # default, --rsa for RSA-2048), each pinned to CPU 0 with one worker/thread/
 # shard, the clients and the origin on CPU 1, in interleaved rounds.
 #
-#   full handshakes   `openssl s_time -new` (TLS 1.3, a new session each time)
-#   resumed           `openssl s_time -reuse` (TLS 1.3 tickets)
+#   full handshakes   `openssl s_time -new -www /` (TLS 1.3, a new session each
+#                     time; each connection then asks for / once and reads it)
+#   resumed           `openssl s_time -reuse -www /` (TLS 1.3 tickets, read with
+#                     the answer; zgix counts the resumptions: zgix_tls_resumed_total)
 #   keep-alive HTTPS  wrk --latency over https:// (64-byte bodies; --body-bytes N): CPU per request and p99
 #   --rows            the three rows in turn, each its own run of the above with
 #                     fresh processes: ECDSA P-256 / 64 B, RSA-2048 / 64 B and
@@ -48,7 +50,7 @@ bench_name=bench-tls
 . scripts/lib/bench-common.sh
 
 need=()
-for c in nginx haproxy wrk openssl; do command -v "$c" >/dev/null 2>&1 || need+=("$c"); done
+for c in nginx haproxy wrk openssl curl; do command -v "$c" >/dev/null 2>&1 || need+=("$c"); done
 if [ "${#need[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
@@ -81,6 +83,7 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 zgix_bin="$target_dir/release/zgix" bench_bin="$target_dir/release/zgix-bench"
 proxy_cpu=0 client_cpu=1
 origin_port=$base zgix_port=$((base + 1)) nginx_port=$((base + 2)) haproxy_port=$((base + 3))
+zgix_admin_port=$((base + 9))
 clk_tck="$(getconf CLK_TCK)"
 # TLS 1.3 suites in zgix's order, set on the peers too (HAProxy and nginx
 # with ssl_prefer_server_ciphers take the server's order).
@@ -108,6 +111,7 @@ declare -A tpid=()
 start_zgix() {
     cat >"$tmp/zgix.json" <<JSON
 {"cpus": [$proxy_cpu], "limits": {"busy_poll_us": 0, "client_header_timeout_ms": 120000, "client_idle_timeout_ms": 120000},
+ "admin": {"bind": "127.0.0.1:$zgix_admin_port"},
  "listeners": [{"bind": "127.0.0.1:$zgix_port", "tls": {"certificates": [{"cert": "$tmp/cert.pem", "key": "$tmp/key.pem"}]},
                 "http": {"cluster": "origin"}}],
  "clusters": {"origin": {"endpoints": ["127.0.0.1:$origin_port"]}}}
@@ -229,12 +233,21 @@ handshakes() {
     port="$(port_of "$t")"
     c0="$(cpu_ticks "$t")"
     k0="$(awk '{print $14 + $15}' /proc/self/stat)"
+    # -www /: each connection asks for / and reads the answer before it
+    # closes, so the client reads the TLS 1.3 tickets that come after the
+    # handshake (without it s_time closes first: no ticket is ever read,
+    # -reuse resumes nothing, and the server's ticket write meets a reset).
     out="$(taskset -c "$client_cpu" openssl s_time -connect "127.0.0.1:$port" "-$how" -tls1_3 \
-        -time "$duration" 2>/dev/null || true)"
+        -www / -time "$duration" 2>/dev/null || true)"
     c1="$(cpu_ticks "$t")"
     n="$(printf '%s\n' "$out" | awk '/connections in [0-9.]+ real seconds/ {print $1; exit}')"
     [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "bench-tls: $t completed no handshake ($how)" >&2; exit 1; }
     awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN {printf "%d %.1f\n", n, (b - a) * 1e6 / hz / n}'
+}
+
+# zgix_resumed: zgix's zgix_tls_resumed_total so far.
+zgix_resumed() {
+    curl -s "http://127.0.0.1:$zgix_admin_port/metrics" | awk '/^zgix_tls_resumed_total/ {n += $NF} END {print n + 0}'
 }
 
 # keepalive TARGET: "requests us_per_request p99_us"
@@ -254,7 +267,14 @@ declare -A full=() resumed=() ka=() fullrate=() kap99=()
 for r in $(seq "$rounds"); do
     for t in zgix nginx haproxy; do
         read -r n us <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "
+        [ "$t" = zgix ] && r0="$(zgix_resumed)"
         read -r n us <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "
+        if [ "$t" = zgix ]; then
+            # s_time's -reuse must resume: else the column is full handshakes.
+            got=$(( $(zgix_resumed) - r0 ))
+            echo "round $r: zgix resumed $got of $n -reuse handshakes" >&2
+            [ $(( got * 10 )) -ge $(( n * 9 )) ] || { echo "bench-tls: s_time -reuse did not resume on zgix ($got of $n)" >&2; exit 1; }
+        fi
         read -r n us p99 <<<"$(keepalive "$t")"; ka[$t]+="$us "; kap99[$t]+="$p99 "
     done
     echo "round $r done" >&2
