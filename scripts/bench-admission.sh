@@ -40,12 +40,10 @@ while [ $# -gt 0 ]; do
 done
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-if [ "$build" = 1 ]; then
-    (cd "$root" && cargo build --release -q -p zgix -p zgix-bench)
-fi
-zgix_bin="${ZGIX_BIN:-$target_dir/release/zgix}"
-bench_bin="${ZGIX_BENCH_BIN:-$target_dir/release/zgix-bench}"
+bench_name=bench-admission
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
+release_bins
 command -v wrk >/dev/null || { echo "bench-admission: wrk is missing (apt-get install wrk)" >&2; exit 1; }
 ulimit -l unlimited 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -53,9 +51,6 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ncpu="$(nproc)"
 proxy_cpu=0
 load_cpu=$(( ncpu > 1 ? 1 : 0 ))
-bench_name=bench-admission
-# shellcheck source=lib/bench-common.sh
-. "$root/scripts/lib/bench-common.sh"
 
 taskset -c "$load_cpu" "$bench_bin" origin --bind 127.0.0.1:0 --cpus "$load_cpu" --body-bytes 64 \
     >"$tmp/origin.log" 2>&1 &

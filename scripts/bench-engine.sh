@@ -45,21 +45,13 @@ while [ $# -gt 0 ]; do
 done
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-if [ "$build" = 1 ]; then
-    (cd "$root" && cargo build --release -q -p zgix -p zgix-bench)
-fi
-zgix_bin="${ZGIX_BIN:-$target_dir/release/zgix}"
+bench_name=bench-engine
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
+release_bins
 [ -x "$zgix_bin" ] || { echo "bench-engine: no binary at $zgix_bin" >&2; exit 1; }
 ulimit -l unlimited 2>/dev/null || ulimit -l "$(ulimit -Hl)" 2>/dev/null || true
-
-tmp="$(mktemp -d)"
 pid=""
-cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 port=18190
 closed_port=18191
@@ -79,14 +71,14 @@ start() { # DRIVER
 JSON
     "$zgix_bin" --config "$tmp/$1.json" >"$tmp/$1.log" 2>&1 &
     pid=$!
+    pids+=("$pid")
     local i
     for i in $(seq 100); do grep -q "ready (" "$tmp/$1.log" && break; sleep 0.1; done
     grep -q "ready (.*, $1)" "$tmp/$1.log" || { echo "bench-engine: zgix did not start on $1:" >&2; cat "$tmp/$1.log" >&2; exit 1; }
 }
 
 stop() {
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    stop_pid "$pid"
     pid=""
 }
 

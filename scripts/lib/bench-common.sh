@@ -15,6 +15,18 @@ bench_cleanup() {
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
+# release_bins: builds zgix and zgix-bench in release unless $build is 0
+# (run from $root), and sets $target_dir, $zgix_bin and $bench_bin
+# ($ZGIX_BIN and $ZGIX_BENCH_BIN override the last two).
+release_bins() {
+    target_dir="${CARGO_TARGET_DIR:-$root/target}"
+    if [ "$build" = 1 ]; then
+        (cd "$root" && cargo build --release -q -p zgix -p zgix-bench)
+    fi
+    zgix_bin="${ZGIX_BIN:-$target_dir/release/zgix}"
+    bench_bin="${ZGIX_BENCH_BIN:-$target_dir/release/zgix-bench}"
+}
+
 # stop_pid PID: TERM one process we started and wait for it.
 stop_pid() {
     local pid="$1" p keep=()
