@@ -10,7 +10,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -202,15 +201,15 @@ impl Driver {
 
     /// One splice between socket `token` and pipe `fds`: into the pipe
     /// (`into_pipe`, up to `n` bytes, on the read side) or out of it (at
-    /// most the `n` bytes it holds, on the write side). epoll: a
-    /// non-blocking `splice(2)` on readiness; uring: an `IORING_OP_SPLICE`
-    /// (the kernel runs it in a worker, since splicing may block).
+    /// most the `n` bytes it holds, on the write side). Both backends: a
+    /// non-blocking `splice(2)`, else a wait for readiness (epoll's edge,
+    /// the ring's poll).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn poll_splice(
         &self,
         token: u32,
         op: &mut OpId,
-        fds: &Rc<PipeFds>,
+        fds: &PipeFds,
         n: usize,
         into_pipe: bool,
         deadline: Option<Instant>,
@@ -219,18 +218,9 @@ impl Driver {
         let now = self.now();
         let mut st = self.st.borrow_mut();
         let r = match &self.backend {
-            Backend::Uring(r) if into_pipe => {
-                r.poll_splice_in(self, &mut st, token, op, fds, n, deadline, cx)
+            Backend::Uring(r) => {
+                r.poll_splice(self, &mut st, token, op, fds, n, into_pipe, deadline, cx)
             }
-            Backend::Uring(r) => r.poll_op(
-                self,
-                &mut st,
-                token,
-                op,
-                uring::What::Splice(fds, n),
-                deadline,
-                cx,
-            ),
             Backend::Epoll(_) => epoll_splice(&mut st, token, fds, n, into_pipe, deadline, cx, now),
         };
         if let Poll::Ready(Ok(k)) = r {
@@ -242,17 +232,15 @@ impl Driver {
         r
     }
 
-    /// A splice future went away (see [`Driver::drop_op`]).
+    /// A splice future went away: nothing of it is left in the kernel; on
+    /// the ring its side's waiter and deadline go.
     pub(super) fn drop_splice(&self, token: u32, into_pipe: bool, op: &mut OpId) {
-        if !into_pipe {
-            return self.drop_op(token, op);
-        }
         if op.0.is_none() {
             return;
         }
         let mut st = self.st.borrow_mut();
-        if let Backend::Uring(r) = &self.backend {
-            r.drop_splice_in(&mut st.slots[token as usize], token, op);
+        if let Backend::Uring(_) = &self.backend {
+            uring::Ring::drop_splice(&mut st.slots[token as usize], into_pipe, op);
         }
         op.0 = None;
     }
@@ -394,9 +382,9 @@ fn epoll_splice(
 ) -> Poll<io::Result<usize>> {
     let s = &mut st.slots[token as usize];
     let got = if into_pipe {
-        epoll::Epoll::try_splice_in(s, fds.w, n)
+        epoll::Epoll::try_splice_in(s, fds, n)
     } else {
-        epoll::Epoll::try_splice_out(s, fds.r, n)
+        epoll::Epoll::try_splice_out(s, fds, n)
     };
     if let Some(r) = got {
         return Poll::Ready(r);

@@ -11,8 +11,8 @@ use super::super::addr::sockaddr;
 use super::super::ops::OpId;
 use super::super::{timed_out, Driver, Role, Slot, State, NO_BUF, WR};
 use super::{
-    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND,
-    K_SPLICE_OUT, RQ_MAX,
+    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND, K_WPOLL,
+    RQ_MAX,
 };
 
 impl Ring {
@@ -38,7 +38,9 @@ impl Ring {
         if u.poll_armed {
             self.cancel(K_POLL, token, gen);
         }
-        self.abandon_splice_in(s, token);
+        if u.wpoll_armed {
+            self.cancel(K_WPOLL, token, gen);
+        }
         self.abandon(s, token);
         while bid != NO_BUF {
             let next = self.meta.borrow()[bid as usize].next;
@@ -48,7 +50,6 @@ impl Ring {
         let u = st.slots[token as usize].be.u();
         if u.ops == 0 {
             self.give_back(u);
-            u.rpipe = None;
             for fd in u.accepted.drain(..) {
                 // SAFETY: accepted descriptors nobody took are ours to close.
                 unsafe { libc::close(fd) };
@@ -203,21 +204,27 @@ impl Ring {
                 self.finish(s);
                 op.0 = None;
                 s.wr.deadline = None;
-                return Poll::Ready(if res > 0 || (connect && res == 0) {
-                    Ok(res as usize)
-                } else if res == 0 {
-                    Err(io::ErrorKind::WriteZero.into())
-                } else if res == -libc::ECANCELED || res == -libc::ETIME {
-                    Err(timed_out())
-                } else {
-                    Err(io::Error::from_raw_os_error(-res))
-                });
+                return Poll::Ready(op_result(res, connect));
             }
             Op::Idle => {
                 op.0 = None;
                 return Poll::Ready(Err(io::Error::other("operation lost")));
             }
         }
+        self.wait_op(d, st, token, op, deadline, cx)
+    }
+
+    /// The write side of `token` waits for its operation's completion (up
+    /// to `deadline`; one that passes abandons the operation to the driver).
+    pub(super) fn wait_op<T>(
+        &self,
+        d: &Driver,
+        st: &mut State,
+        token: u32,
+        op: &mut OpId,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<T>> {
         match st.wait_side(token, WR, cx, deadline, d.now()) {
             Ok(()) => Poll::Pending,
             Err(e) => {
@@ -271,7 +278,6 @@ impl Ring {
         if let Some(r) = u.relay.take() {
             self.returned.borrow_mut().extend_from_slice(r.bids());
         }
-        u.wpipe = None;
     }
 
     /// Starts an operation: copies a send's bytes into a chunk, boxes a
@@ -287,24 +293,6 @@ impl Ring {
                 let inline = !u.send_full && !u.bulk && !bulk && b.len() <= super::INLINE_SEND_MAX;
                 u.bulk = bulk;
                 self.submit_send(d, s, token, inline);
-            }
-            What::Splice(pipe, n) => {
-                let e = opcode::Splice::new(
-                    types::Fd(pipe.r),
-                    -1,
-                    types::Fd(s.fd),
-                    -1,
-                    n.min(u32::MAX as usize) as u32,
-                )
-                .flags(libc::SPLICE_F_MOVE)
-                .build()
-                .user_data(ud(K_SPLICE_OUT, token, s.gen));
-                u.wpipe = Some(pipe.clone());
-                u.op_kind = K_SPLICE_OUT;
-                u.send_inline = false;
-                u.op = Op::InFlight;
-                u.ops += 1;
-                self.push(&e);
             }
             What::Connect(addr) => {
                 let a = Box::new(sockaddr(addr));
@@ -382,5 +370,19 @@ impl Ring {
             self.arm_accept(s, token);
         }
         None
+    }
+}
+
+/// What a send's (or connect's) completion result means to its caller: a
+/// send of 0 bytes is `WriteZero`, a cancelled one a timeout.
+pub(super) fn op_result(res: i32, connect: bool) -> io::Result<usize> {
+    if res > 0 || (connect && res == 0) {
+        Ok(res as usize)
+    } else if res == 0 {
+        Err(io::ErrorKind::WriteZero.into())
+    } else if res == -libc::ECANCELED || res == -libc::ETIME {
+        Err(timed_out())
+    } else {
+        Err(io::Error::from_raw_os_error(-res))
     }
 }
