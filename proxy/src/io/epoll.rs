@@ -270,7 +270,11 @@ impl Epoll {
 
     /// One non-blocking `splice` of up to `n` bytes (all in the pipe) from
     /// the pipe into the socket. `None`: the socket is full.
-    pub(super) fn try_splice_out(s: &mut Slot, pipe: &PipeFds, n: usize) -> Option<io::Result<usize>> {
+    pub(super) fn try_splice_out(
+        s: &mut Slot,
+        pipe: &PipeFds,
+        n: usize,
+    ) -> Option<io::Result<usize>> {
         match pipe.drain_to(s.fd, n) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 s.be.e().writable = false;
