@@ -404,8 +404,9 @@ fn a_64_kib_response_takes_the_bulk_path_on_both_drivers() {
         .limit("max_response_header_bytes", 16 << 10);
     let zgix = Zgix::start(&config);
     let n = 64 << 10;
-    let mut client = Client::connect(zgix.addr());
-    for _ in 0..4 {
+    let mut client = get_cl(&zgix, n);
+    check_cl(&mut client, n);
+    for _ in 0..3 {
         client.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         check_cl(&mut client, n);
     }
@@ -427,10 +428,8 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
 fn splices_run_on_the_shard_thread_without_the_rings_kernel_workers() {
     let (_origin, zgix) = proxy();
     let n = 16 * MIB;
-    let mut client = Client::connect(zgix.addr());
-    client.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
-    assert_eq!(client.read_response_head().status, 200);
-    read_pattern_body(&mut client, n, usize::MAX, |_| {});
+    let mut client = get_cl(&zgix, n);
+    check_cl(&mut client, n);
     client.send(format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n").as_bytes());
     let block = pattern(MIB);
     for _ in 0..n / MIB {
@@ -445,6 +444,50 @@ fn splices_run_on_the_shard_thread_without_the_rings_kernel_workers() {
     // An `IORING_OP_SPLICE` runs in an io-wq worker ("iou-wrk-PID"), which
     // lingers for seconds after its last work; inline splices need none.
     assert_eq!(threads_named(zgix.pid(), "iou-wrk"), 0);
+}
+
+/// An origin that answers a request with `101` and then echoes every byte.
+fn echo_upgrade_origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut r = BufReader::new(c.try_clone()?);
+                loop {
+                    let mut line = Vec::new();
+                    if r.read_until(b'\n', &mut line)? == 0 || line == b"\r\n" {
+                        break;
+                    }
+                }
+                let mut w = c;
+                w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")?;
+                std::io::copy(&mut r, &mut w)?;
+                w.shutdown(std::net::Shutdown::Write)
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_tunnel_splices_both_ways_on_both_drivers() {
+    let zgix = Zgix::start(&Config::new(&[echo_upgrade_origin()]).admin());
+    let mut client = Client::connect(zgix.addr());
+    client.send(b"GET /t HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n");
+    assert_eq!(client.read_response_head().status, 101);
+    let n = 16 * MIB;
+    let mut w = client.writer();
+    let writer = std::thread::spawn(move || w.write_all(&pattern(n)).expect("tunnel write"));
+    assert_eq!(
+        read_pattern_body(&mut client, n, usize::MAX, |_| {}),
+        pattern_fnv(n)
+    );
+    writer.join().expect("writer");
+    // Both directions through pipes, not the ring's received buffers.
+    wait_series(&zgix, "zgix_io_spliced_bytes_total", |v| {
+        v >= (2 * (n - COPY_SLACK)) as f64
+    });
 }
 
 /// Splice pipes one shard may have out (`io::PIPES_MAX`).
