@@ -31,8 +31,6 @@ use std::cell::Cell;
 use std::io;
 use std::time::Instant;
 
-use futures_lite::future::zip;
-
 use super::client::ClientConn;
 use crate::io::{Pipe, Relayed, Sock};
 use crate::upstream::conn::UpConn;
@@ -153,57 +151,18 @@ pub(super) async fn relay(
     let Some(mut pipe) = pipe else {
         return Ok(moved);
     };
-    if left == 0 {
-        return Ok(moved);
-    }
-    // A second pipe, when more than one pipe's worth is owed and one is
-    // free: the next splice in fills it while this one drains, so the two
-    // legs overlap instead of taking turns.
-    let mut spare = (left > pipe.capacity() as u64)
-        .then(|| Pipe::take(src.driver()))
-        .flatten();
-    let mut k = src
-        .splice_in(&mut pipe, step(left))
-        .await
-        .map_err(RelayEnd::Src)?;
-    loop {
+    while left > 0 {
+        let max = left.min(STEP_MAX) as usize;
+        let k = src.splice_in(&mut pipe, max).await.map_err(RelayEnd::Src)?;
         if k == 0 {
             return eof(n, moved);
         }
-        left -= k as u64;
-        let next = match spare.as_mut().filter(|_| left > 0) {
-            Some(b) => {
-                let (out, next) =
-                    zip(dst.splice_out(&mut pipe), src.splice_in(b, step(left))).await;
-                out.map_err(RelayEnd::Dst)?;
-                Some(next)
-            }
-            None => {
-                dst.splice_out(&mut pipe).await.map_err(RelayEnd::Dst)?;
-                None
-            }
-        };
+        dst.splice_out(&mut pipe).await.map_err(RelayEnd::Dst)?;
         progress.moved(src, k);
+        left -= k as u64;
         moved += k as u64;
-        if left == 0 {
-            return Ok(moved);
-        }
-        k = match (next, spare.as_mut()) {
-            (Some(r), Some(b)) => {
-                std::mem::swap(&mut pipe, b);
-                r.map_err(RelayEnd::Src)?
-            }
-            _ => src
-                .splice_in(&mut pipe, step(left))
-                .await
-                .map_err(RelayEnd::Src)?,
-        };
     }
-}
-
-/// The most one splice in asks for, with `left` still owed.
-fn step(left: u64) -> usize {
-    left.min(STEP_MAX) as usize
+    Ok(moved)
 }
 
 /// One read of up to `max` bytes into `buf` and its write; 0 at EOF.

@@ -500,13 +500,6 @@ impl Pipe {
     }
 }
 
-impl Pipe {
-    /// The bytes the pipe can hold.
-    pub fn capacity(&self) -> usize {
-        self.fds.cap
-    }
-}
-
 impl Drop for Pipe {
     fn drop(&mut self) {
         let d = &self.driver;
