@@ -98,7 +98,7 @@ impl Upload<'_> {
                         if remaining == 0 {
                             break;
                         }
-                        if let Some((c, u)) = bulk.filter(|_| takes_bulk(n, remaining)) {
+                        if let Some((c, u)) = bulk.filter(|(c, _)| takes_bulk(n, remaining, c)) {
                             relay_up(c, u, remaining, cl.scratch()).await?;
                             break;
                         }
@@ -158,7 +158,7 @@ async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail>
 
 /// The rest of a Content-Length request body on the bulk path (`bulk.rs`).
 async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
-    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE).await {
+    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE, true).await {
         Ok(_) => Ok(()),
         Err(RelayEnd::Dst(e)) => Err(upstream_io(&e)),
         Err(_) => Err(Fail::ClientGone),
@@ -167,7 +167,7 @@ async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<()
 
 /// The rest of a Content-Length response body on the bulk path (`bulk.rs`).
 async fn relay_down(up: &Sock, client: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
-    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE).await {
+    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE, true).await {
         Ok(_) => Ok(()),
         Err(RelayEnd::Src(e)) => Err(upstream_io(&e)),
         Err(RelayEnd::SrcEof) => Err(Fail::Upstream(UpstreamError::Reset)),
@@ -389,7 +389,7 @@ impl Download<'_> {
                 pos += first;
                 let mut remaining = n - first as u64;
                 let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
-                if let Some((c, u)) = bulk.filter(|_| takes_bulk(n, remaining)) {
+                if let Some((c, u)) = bulk.filter(|(c, _)| takes_bulk(n, remaining, c)) {
                     relay_down(u, c, remaining, &mut self.ubuf[..]).await?;
                     (remaining, pos, *self.uend) = (0, 0, 0);
                 }

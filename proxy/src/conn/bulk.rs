@@ -10,16 +10,15 @@
 //! - epoll: non-blocking `splice(2)` from the source socket into a pipe
 //!   from the shard's pool, then from the pipe into the destination, on the
 //!   driver's readiness.
-//! - uring: the same two non-blocking splices on the shard thread, waiting
-//!   on the ring's readiness polls (`io/uring/splice.rs`; an
-//!   `IORING_OP_SPLICE` would be punted to the ring's kernel workers). The
+//! - uring: the same two splices as `IORING_OP_SPLICE` entries (the kernel
+//!   runs them in the ring's workers, since a splice may block). The
 //!   source's multishot receive is held off first and the buffers it had
 //!   queued are sent on as they are (`sendmsg` over them, no copy), so the
 //!   bytes keep their order; the receive resumes when the relay ends.
 //!
-//! A splice is one syscall that either moved bytes or did not, so a read
-//! timeout (a tunnel's idle rule goes on after one) never leaves bytes in
-//! a pipe: tunnels splice on both drivers.
+//! Tunnels on the ring take the relayed-buffer path below, never a splice:
+//! their idle rule goes on after a read timeout, and a splice in that the
+//! timeout cancels may already have moved bytes into its pipe.
 //!
 //! A shard has at most `io::PIPES_MAX` pipes out; past that (or if `pipe2`
 //! fails) the relay runs without one: on the ring the received buffers are
@@ -35,23 +34,30 @@ use super::client::ClientConn;
 use crate::io::{Pipe, Relayed, Sock};
 use crate::upstream::conn::UpConn;
 
-/// A Content-Length (from the head) from which a body takes the bulk path.
+/// A Content-Length (from the head) from which a body takes the bulk path
+/// on epoll, and the bytes still owed above which it takes it on the ring.
 const BULK_MIN: u64 = 64 << 10;
 
 /// Bytes that must still be owed, after those that came with the head, for
-/// the bulk path to be worth its pipe (one receive buffer's worth).
+/// the bulk path to be worth its pipe on epoll (one receive buffer's worth).
 const BULK_REST: u64 = 16 << 10;
 
 /// Whether a Content-Length body of `n` bytes with `remaining` still to
-/// move takes the bulk path: decided from the head's length, so a 64 KiB
-/// body whose first bytes came with the head is spliced too (two
-/// `splice(2)` calls instead of a read and a write per buffer), on both
-/// drivers (BENCHMARKS.md, "Bodies").
+/// move takes the bulk path. On epoll it is decided from the head's length,
+/// so a 64 KiB body whose first bytes came with the head is spliced too
+/// (two `splice(2)` calls instead of a read and a write per buffer). On the
+/// ring the rest itself must pass 64 KiB: its splices are punted to the
+/// ring's kernel workers, and for a 64 KiB response that cost more CPU than
+/// the copies it saves (BENCHMARKS.md, "Bodies").
 ///
-/// A body with under 16 KiB still owed is decided by one comparison (the
-/// small-request path).
-pub(super) fn takes_bulk(n: u64, remaining: u64) -> bool {
-    remaining >= BULK_REST && n >= BULK_MIN
+/// A body with under 16 KiB still owed is decided by one comparison, as
+/// before this rule (no driver lookup on the small-request path).
+pub(super) fn takes_bulk(n: u64, remaining: u64, sock: &Sock) -> bool {
+    remaining >= BULK_REST
+        && match sock.driver().kind() {
+            crate::io::Kind::Uring => remaining > BULK_MIN,
+            _ => n >= BULK_MIN,
+        }
 }
 
 /// The most one relay step asks for (the ring caps it further by
@@ -106,18 +112,28 @@ impl Progress<'_> {
 
 /// Relays `n` bytes (`None`: until the source's EOF) from `src` to `dst`;
 /// `buf` carries what cannot be relayed as it is. Returns the bytes moved.
+///
+/// `ring_splice` false keeps the ring off splicing (tunnels): a splice in
+/// that a read timeout cancels may already have moved bytes into its pipe,
+/// which a relay that goes on after the timeout would lose.
 pub(super) async fn relay(
     src: &Sock,
     dst: &Sock,
     n: Option<u64>,
     buf: &mut [u8],
     progress: &Progress<'_>,
+    ring_splice: bool,
 ) -> Result<u64, RelayEnd> {
     let mut left = n.unwrap_or(u64::MAX);
     let mut moved = 0u64;
-    let pipe = Pipe::take(src.driver());
+    let ring = src.driver().kind() == crate::io::Kind::Uring;
+    let pipe = if ring && !ring_splice {
+        None
+    } else {
+        Pipe::take(src.driver())
+    };
     let _hold = pipe.as_ref().map(|_| Hold::new(src));
-    if pipe.is_none() {
+    if pipe.is_none() && (ring_splice || !ring) {
         let c = &src.driver().stats.splice_fallbacks;
         c.set(c.get() + 1);
     }

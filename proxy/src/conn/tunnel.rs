@@ -55,8 +55,10 @@ async fn pump(
     to.close_write().await;
 }
 
-/// One direction of a plaintext tunnel on the bulk path (`bulk.rs`:
-/// spliced), with the same idle rule as [`pump`].
+/// One direction of a plaintext tunnel on the bulk path (`bulk.rs`: spliced
+/// on epoll, received buffers sent as they are on the ring, where a splice
+/// cut by the idle timeout could lose bytes), with the same idle rule as
+/// [`pump`].
 async fn pump_bulk(
     from: &Sock,
     to: &Sock,
@@ -79,7 +81,7 @@ async fn pump_bulk(
         bytes: Some(bytes),
     };
     loop {
-        match relay(from, to, None, buf, &progress).await {
+        match relay(from, to, None, buf, &progress, false).await {
             Err(RelayEnd::Src(e)) if is_timeout(&e) => {
                 if from.now().duration_since(last.get()) < idle {
                     continue;

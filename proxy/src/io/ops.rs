@@ -10,6 +10,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -201,15 +202,15 @@ impl Driver {
 
     /// One splice between socket `token` and pipe `fds`: into the pipe
     /// (`into_pipe`, up to `n` bytes, on the read side) or out of it (at
-    /// most the `n` bytes it holds, on the write side). Both backends: a
-    /// non-blocking `splice(2)`, else a wait for readiness (epoll's edge,
-    /// the ring's poll).
+    /// most the `n` bytes it holds, on the write side). epoll: a
+    /// non-blocking `splice(2)` on readiness; uring: an `IORING_OP_SPLICE`
+    /// (the kernel runs it in a worker, since splicing may block).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn poll_splice(
         &self,
         token: u32,
         op: &mut OpId,
-        fds: &PipeFds,
+        fds: &Rc<PipeFds>,
         n: usize,
         into_pipe: bool,
         deadline: Option<Instant>,
@@ -218,9 +219,18 @@ impl Driver {
         let now = self.now();
         let mut st = self.st.borrow_mut();
         let r = match &self.backend {
-            Backend::Uring(r) => {
-                r.poll_splice(self, &mut st, token, op, fds, n, into_pipe, deadline, cx)
+            Backend::Uring(r) if into_pipe => {
+                r.poll_splice_in(self, &mut st, token, op, fds, n, deadline, cx)
             }
+            Backend::Uring(r) => r.poll_op(
+                self,
+                &mut st,
+                token,
+                op,
+                uring::What::Splice(fds, n),
+                deadline,
+                cx,
+            ),
             Backend::Epoll(_) => epoll_splice(&mut st, token, fds, n, into_pipe, deadline, cx, now),
         };
         if let Poll::Ready(Ok(k)) = r {
@@ -232,15 +242,17 @@ impl Driver {
         r
     }
 
-    /// A splice future went away: nothing of it is left in the kernel; on
-    /// the ring its side's waiter and deadline go.
+    /// A splice future went away (see [`Driver::drop_op`]).
     pub(super) fn drop_splice(&self, token: u32, into_pipe: bool, op: &mut OpId) {
+        if !into_pipe {
+            return self.drop_op(token, op);
+        }
         if op.0.is_none() {
             return;
         }
         let mut st = self.st.borrow_mut();
-        if let Backend::Uring(_) = &self.backend {
-            uring::Ring::drop_splice(&mut st.slots[token as usize], into_pipe, op);
+        if let Backend::Uring(r) = &self.backend {
+            r.drop_splice_in(&mut st.slots[token as usize], token, op);
         }
         op.0 = None;
     }

@@ -290,10 +290,10 @@ impl Drop for OpGuard<'_> {
     }
 }
 
-/// A splice future's claim on its socket's side (the read side for
-/// splices in, the write side for splices out): dropped while it waits,
-/// the side's waiter and deadline go (a splice is one syscall: nothing of
-/// it stays in the kernel).
+/// A splice future's claim on its socket's splice slot (the read side's
+/// for splices in, the write side's for splices out): dropped early, the
+/// splice is cancelled and left to the driver, which keeps the pipe open
+/// until its completion.
 struct SpliceGuard<'a> {
     driver: &'a Driver,
     token: u32,
@@ -388,7 +388,8 @@ impl Listener {
 }
 
 /// Pipes one shard may have out at once: each holds up to [`PIPE_BYTES`]
-/// of spliced data, so this bounds what slow readers pin.
+/// of spliced data (and, on the ring, at most two kernel workers blocked in
+/// its splices), so this bounds what slow readers pin.
 pub const PIPES_MAX: usize = 256;
 /// The size asked for each pipe (`F_SETPIPE_SZ`; the default 64 KiB stays
 /// if the kernel refuses).
@@ -396,19 +397,20 @@ pub const PIPE_BYTES: usize = 256 << 10;
 /// Idle pipes a shard keeps for the next relay.
 const PIPES_POOLED: usize = 32;
 
-/// A pipe's two descriptors and its size, closed when the last holder
-/// (the relay's [`Pipe`], or the shard's pool) lets go.
+/// A pipe's two descriptors and its size, closed when the last holder lets
+/// go: the relay's [`Pipe`], and on the ring each splice in flight (the
+/// kernel may use them until its completion, whatever happens to the future).
 pub(in crate::io) struct PipeFds {
-    r: RawFd,
-    w: RawFd,
+    pub(in crate::io) r: RawFd,
+    pub(in crate::io) w: RawFd,
     cap: usize,
 }
 
 impl PipeFds {
     /// One non-blocking splice of up to `n` bytes from socket `fd` into
-    /// the pipe: 0 at EOF, `WouldBlock` when the socket is empty (or the
-    /// pipe full). The socket must be non-blocking itself: `SPLICE_F_NONBLOCK`
-    /// covers only the pipe.
+    /// the pipe (epoll): 0 at EOF, `WouldBlock` when the socket is empty (or
+    /// the pipe full). The socket must be non-blocking itself:
+    /// `SPLICE_F_NONBLOCK` covers only the pipe.
     pub(in crate::io) fn fill_from(&self, fd: RawFd, n: usize) -> io::Result<usize> {
         splice_nb(fd, self.w, n)
     }
@@ -456,7 +458,8 @@ impl Drop for PipeFds {
 }
 
 /// A pipe for splicing between two sockets, from the shard's pool; an empty
-/// one goes back to it when dropped, any other is closed.
+/// one that no splice still names goes back to it when dropped, any other
+/// is closed (once the kernel is done with it).
 pub struct Pipe {
     driver: Rc<Driver>,
     fds: Rc<PipeFds>,

@@ -7,7 +7,7 @@ use io_uring::{cqueue, types};
 use super::super::{Driver, State, Turn, NO_BUF};
 use super::{
     ud_parts, Meta, Op, Ring, INLINE_PARK_MAX, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV,
-    K_SEND, K_WAKE, K_WPOLL, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
+    K_SEND, K_SPLICE_IN, K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
 };
 
 impl Ring {
@@ -151,8 +151,8 @@ impl Ring {
                 u.ops -= 1;
                 s.rd.wake();
             }
-            K_WPOLL => Ring::on_wpoll(&mut st.slots[token as usize]),
-            K_SEND | K_CONNECT => {
+            K_SPLICE_IN => self.on_splice_in(st, token, res),
+            K_SEND | K_CONNECT | K_SPLICE_OUT => {
                 let s = &mut st.slots[token as usize];
                 let u = s.be.u();
                 u.ops -= 1;
@@ -286,6 +286,7 @@ impl Ring {
         let u = st.slots[token as usize].be.u();
         debug_assert_eq!(u.ops, 0);
         self.give_back(u);
+        u.rpipe = None;
         for fd in u.accepted.drain(..) {
             // SAFETY: accepted descriptors nobody took are ours to close.
             unsafe { libc::close(fd) };

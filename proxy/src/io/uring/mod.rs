@@ -45,11 +45,13 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
 use self::bufs::{BufRing, Chunk, SendPool};
+use super::sock::PipeFds;
 use super::{Options, Role, Slot, State, NO_BUF};
 
 /// What the one log line says when the ring is refused and the shard runs on epoll.
@@ -105,8 +107,8 @@ const K_ACCEPT: u64 = 4;
 const K_CANCEL: u64 = 5;
 const K_WAKE: u64 = 6;
 const K_POLL: u64 = 7;
-/// A writability poll (`splice.rs`: a splice out found the socket full).
-const K_WPOLL: u64 = 8;
+const K_SPLICE_IN: u64 = 8;
+const K_SPLICE_OUT: u64 = 9;
 
 fn ud(kind: u64, token: u32, gen: u32) -> u64 {
     (kind << 56) | ((gen as u64 & 0x00ff_ffff) << 32) | token as u64
@@ -140,6 +142,8 @@ enum Op {
 pub(in crate::io) enum What<'a> {
     Send(&'a [u8]),
     Connect(SocketAddr),
+    /// Splice the first `n` bytes of the pipe into the socket.
+    Splice(&'a Rc<PipeFds>, usize),
 }
 
 /// The ring's own per-socket state.
@@ -181,10 +185,15 @@ pub(in crate::io) struct USock {
     /// A relayed send's provided buffers (another socket's received bytes,
     /// sent without a copy), owned here likewise.
     relay: Option<Box<relay::Relay>>,
-    /// The writability poll of a splice out is armed.
-    wpoll_armed: bool,
-    /// The socket was made `O_NONBLOCK` for `splice(2)` (`splice.rs`).
-    nonblock: bool,
+    /// The pipe end a splice in flight names (out of it on the write side,
+    /// into it on the read side): kept open until the completion.
+    wpipe: Option<Rc<PipeFds>>,
+    rpipe: Option<Rc<PipeFds>>,
+    /// The read side's splice (socket into a pipe), its sequence number and
+    /// whether its future went away.
+    rsplice: Op,
+    rsplice_seq: u32,
+    rsplice_abandoned: bool,
     /// The receive is held off for splicing: nothing re-arms it until resumed.
     recv_hold: bool,
     /// Unread buffers at which this socket's receive is paused: [`RQ_MAX`],
@@ -223,8 +232,11 @@ impl USock {
             bulk: false,
             send: None,
             relay: None,
-            wpoll_armed: false,
-            nonblock: false,
+            wpipe: None,
+            rpipe: None,
+            rsplice: Op::Idle,
+            rsplice_seq: 0,
+            rsplice_abandoned: false,
             recv_hold: false,
             rq_cap: RQ_MAX,
             addr: None,
@@ -482,9 +494,9 @@ impl Ring {
     }
 }
 
-/// The ring's kernel workers (for an operation the kernel punts to them)
-/// stay on the shard's CPUs, as the shard does, and are bounded. A kernel
-/// that refuses either keeps its defaults.
+/// The ring's kernel workers (they run its splices, `splice.rs`) stay on
+/// the shard's CPUs, as the shard does, and are at most two per pipe a
+/// shard may have out. A kernel that refuses either keeps its defaults.
 fn limit_workers(ring: &IoUring) {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for this thread.
     unsafe {

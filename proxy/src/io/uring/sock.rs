@@ -11,8 +11,8 @@ use super::super::addr::sockaddr;
 use super::super::ops::OpId;
 use super::super::{timed_out, Driver, Role, Slot, State, NO_BUF, WR};
 use super::{
-    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND, K_WPOLL,
-    RQ_MAX,
+    ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND,
+    K_SPLICE_OUT, RQ_MAX,
 };
 
 impl Ring {
@@ -38,9 +38,7 @@ impl Ring {
         if u.poll_armed {
             self.cancel(K_POLL, token, gen);
         }
-        if u.wpoll_armed {
-            self.cancel(K_WPOLL, token, gen);
-        }
+        self.abandon_splice_in(s, token);
         self.abandon(s, token);
         while bid != NO_BUF {
             let next = self.meta.borrow()[bid as usize].next;
@@ -50,6 +48,7 @@ impl Ring {
         let u = st.slots[token as usize].be.u();
         if u.ops == 0 {
             self.give_back(u);
+            u.rpipe = None;
             for fd in u.accepted.drain(..) {
                 // SAFETY: accepted descriptors nobody took are ours to close.
                 unsafe { libc::close(fd) };
@@ -278,6 +277,7 @@ impl Ring {
         if let Some(r) = u.relay.take() {
             self.returned.borrow_mut().extend_from_slice(r.bids());
         }
+        u.wpipe = None;
     }
 
     /// Starts an operation: copies a send's bytes into a chunk, boxes a
@@ -293,6 +293,24 @@ impl Ring {
                 let inline = !u.send_full && !u.bulk && !bulk && b.len() <= super::INLINE_SEND_MAX;
                 u.bulk = bulk;
                 self.submit_send(d, s, token, inline);
+            }
+            What::Splice(pipe, n) => {
+                let e = opcode::Splice::new(
+                    types::Fd(pipe.r),
+                    -1,
+                    types::Fd(s.fd),
+                    -1,
+                    n.min(u32::MAX as usize) as u32,
+                )
+                .flags(libc::SPLICE_F_MOVE)
+                .build()
+                .user_data(ud(K_SPLICE_OUT, token, s.gen));
+                u.wpipe = Some(pipe.clone());
+                u.op_kind = K_SPLICE_OUT;
+                u.send_inline = false;
+                u.op = Op::InFlight;
+                u.ops += 1;
+                self.push(&e);
             }
             What::Connect(addr) => {
                 let a = Box::new(sockaddr(addr));
