@@ -13,7 +13,8 @@ usage: scripts/bench-bodies-gib.sh [--bytes N] [--targets LIST] [--base-port P] 
   --targets LIST  any of zgix,zgix-epoll,nginx,haproxy,haproxy-splice,direct
                   (default all)
   --base-port P   first local port (default 18280; uses P..P+10)
-  --no-build      use the release binaries under $CARGO_TARGET_DIR (or ./target)
+  --no-build      use $ZGIX_BIN / $ZGIX_BENCH_BIN, or the release binaries under
+                  $CARGO_TARGET_DIR (or ./target)
 
 Same CPU plan as bench-peers.sh: proxies on CPU 0, origin and curl on CPU 1.
 The origin holds the whole response body in memory (N bytes); for the
@@ -38,7 +39,7 @@ done
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 [ "$build" = 1 ] && (cd "$root" && cargo build --release -q -p zgix -p zgix-bench)
-bench_bin="$target_dir/release/zgix-bench" zgix_bin="$target_dir/release/zgix" zgix_base_bin=""
+bench_bin="${ZGIX_BENCH_BIN:-$target_dir/release/zgix-bench}" zgix_bin="${ZGIX_BIN:-$target_dir/release/zgix}" zgix_base_bin=""
 PATH="$PATH:/usr/sbin:/sbin"
 ulimit -l unlimited 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

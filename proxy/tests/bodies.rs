@@ -1,4 +1,4 @@
-//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll) and on the copy path (chunked), downloads past a shard's pipes relayed without one, a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
+//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll), a 16 MiB echo through a tunnel, and on the copy path (chunked), downloads past a shard's pipes relayed without one, a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
 
 mod support;
 
@@ -390,6 +390,49 @@ fn a_slow_reader_keeps_the_bytes_in_flight_bounded() {
     assert!(hwm < 64 * 1024, "zgix VmHWM {hwm} KiB");
     let m = metrics_text(&zgix);
     assert!(series(&m, "zgix_io_buffers_held") <= 256.0);
+}
+
+/// An origin that answers a request with `101` and then echoes every byte.
+fn echo_upgrade_origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut r = BufReader::new(c.try_clone()?);
+                loop {
+                    let mut line = Vec::new();
+                    if r.read_until(b'\n', &mut line)? == 0 || line == b"\r\n" {
+                        break;
+                    }
+                }
+                let mut w = c;
+                w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")?;
+                std::io::copy(&mut r, &mut w)?;
+                w.shutdown(std::net::Shutdown::Write)
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_16_mib_tunnel_goes_the_bulk_path_both_ways_byte_exact() {
+    let zgix = Zgix::start(&Config::new(&[echo_upgrade_origin()]).admin());
+    let mut client = Client::connect(zgix.addr());
+    client.send(b"GET /t HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n");
+    assert_eq!(client.read_response_head().status, 101);
+    let n = 16 * MIB;
+    let mut w = client.writer();
+    let writer = std::thread::spawn(move || w.write_all(&pattern(n)).expect("tunnel write"));
+    assert_eq!(
+        read_pattern_body(&mut client, n, usize::MAX, |_| {}),
+        pattern_fnv(n)
+    );
+    writer.join().expect("writer");
+    // Both directions on the bulk path (spliced on epoll; on the ring the
+    // received buffers sent on as they are).
+    wait_bulk_bytes(&zgix, 2 * (n - COPY_SLACK));
 }
 
 /// Splice pipes one shard may have out (`io::PIPES_MAX`).

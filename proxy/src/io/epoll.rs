@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::addr::{sockaddr, take_error};
+use super::sock::PipeFds;
 use super::{Driver, Role, Slot, State};
 
 /// epoll's own per-socket state: the last edges seen.
@@ -243,38 +244,23 @@ impl Epoll {
     }
 
     /// One non-blocking `splice` of up to `max` bytes from the socket into
-    /// an empty pipe's write end. `None`: the socket is known empty (with the
-    /// pipe empty, `EAGAIN` can only mean that). `Some(Ok(0))`: EOF.
+    /// an empty pipe. `None`: the socket is known empty (with the pipe
+    /// empty, `EAGAIN` can only mean that). `Some(Ok(0))`: EOF.
     pub(super) fn try_splice_in(
         s: &mut Slot,
-        pipe_w: RawFd,
+        pipe: &PipeFds,
         max: usize,
     ) -> Option<io::Result<usize>> {
         loop {
             if !s.be.e().readable {
                 return None;
             }
-            // SAFETY: both descriptors are open; no user memory is involved.
-            let n = unsafe {
-                libc::splice(
-                    s.fd,
-                    std::ptr::null_mut(),
-                    pipe_w,
-                    std::ptr::null_mut(),
-                    max,
-                    libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-                )
-            };
-            if n >= 0 {
+            match pipe.fill_from(s.fd, max) {
                 // A short splice may be the pipe's slots, not an empty
                 // socket: readiness stays until EAGAIN says otherwise.
-                return Some(Ok(n as usize));
-            }
-            let e = last();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => s.be.e().readable = s.hup,
-                io::ErrorKind::Interrupted => {}
-                _ => return Some(Err(e)),
+                Ok(n) => return Some(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.be.e().readable = s.hup,
+                Err(e) => return Some(Err(e)),
             }
             if s.hup && !s.be.e().readable {
                 return Some(Ok(0));
@@ -283,36 +269,18 @@ impl Epoll {
     }
 
     /// One non-blocking `splice` of up to `n` bytes (all in the pipe) from
-    /// the pipe's read end into the socket. `None`: the socket is full.
+    /// the pipe into the socket. `None`: the socket is full.
     pub(super) fn try_splice_out(
         s: &mut Slot,
-        pipe_r: RawFd,
+        pipe: &PipeFds,
         n: usize,
     ) -> Option<io::Result<usize>> {
-        loop {
-            // SAFETY: both descriptors are open; no user memory is involved.
-            let k = unsafe {
-                libc::splice(
-                    pipe_r,
-                    std::ptr::null_mut(),
-                    s.fd,
-                    std::ptr::null_mut(),
-                    n,
-                    libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-                )
-            };
-            if k >= 0 {
-                return Some(Ok(k as usize));
+        match pipe.drain_to(s.fd, n) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                s.be.e().writable = false;
+                None
             }
-            let e = last();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => {
-                    s.be.e().writable = false;
-                    return None;
-                }
-                io::ErrorKind::Interrupted => {}
-                _ => return Some(Err(e)),
-            }
+            r => Some(r),
         }
     }
 

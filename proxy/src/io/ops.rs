@@ -394,9 +394,9 @@ fn epoll_splice(
 ) -> Poll<io::Result<usize>> {
     let s = &mut st.slots[token as usize];
     let got = if into_pipe {
-        epoll::Epoll::try_splice_in(s, fds.w, n)
+        epoll::Epoll::try_splice_in(s, fds, n)
     } else {
-        epoll::Epoll::try_splice_out(s, fds.r, n)
+        epoll::Epoll::try_splice_out(s, fds, n)
     };
     if let Some(r) = got {
         return Poll::Ready(r);

@@ -226,7 +226,7 @@ impl Sock {
     pub async fn splice_in(&self, pipe: &mut Pipe, max: usize) -> io::Result<usize> {
         debug_assert_eq!(pipe.held, 0);
         let deadline = self.read_deadline();
-        let max = max.min(pipe.cap);
+        let max = max.min(pipe.fds.cap);
         let mut op = SpliceGuard::new(self, true);
         let n = poll_fn(|cx| {
             self.driver
@@ -397,12 +397,54 @@ pub const PIPE_BYTES: usize = 256 << 10;
 /// Idle pipes a shard keeps for the next relay.
 const PIPES_POOLED: usize = 32;
 
-/// A pipe's two descriptors, closed when the last holder lets go: the
-/// relay's [`Pipe`], and on the ring each splice in flight (the kernel may
-/// use them until its completion, whatever happens to the future).
+/// A pipe's two descriptors and its size, closed when the last holder lets
+/// go: the relay's [`Pipe`], and on the ring each splice in flight (the
+/// kernel may use them until its completion, whatever happens to the future).
 pub(in crate::io) struct PipeFds {
     pub(in crate::io) r: RawFd,
     pub(in crate::io) w: RawFd,
+    cap: usize,
+}
+
+impl PipeFds {
+    /// One non-blocking splice of up to `n` bytes from socket `fd` into
+    /// the pipe (epoll): 0 at EOF, `WouldBlock` when the socket is empty (or
+    /// the pipe full). The socket must be non-blocking itself:
+    /// `SPLICE_F_NONBLOCK` covers only the pipe.
+    pub(in crate::io) fn fill_from(&self, fd: RawFd, n: usize) -> io::Result<usize> {
+        splice_nb(fd, self.w, n)
+    }
+
+    /// One non-blocking splice of up to `n` bytes (held in the pipe) into
+    /// socket `fd`: `WouldBlock` when the socket is full.
+    pub(in crate::io) fn drain_to(&self, fd: RawFd, n: usize) -> io::Result<usize> {
+        splice_nb(self.r, fd, n)
+    }
+}
+
+/// `splice(2)` of up to `n` bytes, `SPLICE_F_MOVE | SPLICE_F_NONBLOCK`,
+/// again after `EINTR`.
+fn splice_nb(from: RawFd, to: RawFd, n: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: both descriptors are open; no user memory is involved.
+        let k = unsafe {
+            libc::splice(
+                from,
+                std::ptr::null_mut(),
+                to,
+                std::ptr::null_mut(),
+                n,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if k >= 0 {
+            return Ok(k as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 impl Drop for PipeFds {
@@ -421,7 +463,6 @@ impl Drop for PipeFds {
 pub struct Pipe {
     driver: Rc<Driver>,
     fds: Rc<PipeFds>,
-    cap: usize,
     /// Bytes spliced in and not yet out.
     held: usize,
 }
@@ -442,20 +483,21 @@ impl Pipe {
                     return None;
                 }
                 // SAFETY: fds[1] was just opened; a refusal leaves the default size.
-                unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int) };
+                let cap = unsafe {
+                    libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int);
+                    libc::fcntl(fds[1], libc::F_GETPIPE_SZ)
+                };
                 Rc::new(PipeFds {
                     r: fds[0],
                     w: fds[1],
+                    cap: if cap > 0 { cap as usize } else { 64 << 10 },
                 })
             }
         };
-        // SAFETY: w is an open pipe descriptor.
-        let cap = unsafe { libc::fcntl(fds.w, libc::F_GETPIPE_SZ) };
         driver.pipes_out.set(driver.pipes_out.get() + 1);
         Some(Pipe {
             driver: driver.clone(),
             fds,
-            cap: if cap > 0 { cap as usize } else { 64 << 10 },
             held: 0,
         })
     }

@@ -15,7 +15,8 @@ use std::time::Instant;
 use io_uring::{opcode, types};
 
 use super::super::ops::{OpId, Relayed};
-use super::super::{timed_out, Driver, Slot, State, NO_BUF, WR};
+use super::super::{Driver, Slot, State, NO_BUF};
+use super::sock::op_result;
 use super::{ud, Op, Ring, K_SEND, RELAY_BUFS, RQ_BULK};
 
 /// One relayed send: the buffers, the iovecs over them and the message
@@ -160,30 +161,14 @@ impl Ring {
                 op.0 = None;
                 s.wr.deadline = None;
                 self.drain_returned(st);
-                return Poll::Ready(if res > 0 {
-                    Ok(Relayed::Sent(res as usize))
-                } else if res == 0 {
-                    Err(io::ErrorKind::WriteZero.into())
-                } else if res == -libc::ECANCELED || res == -libc::ETIME {
-                    Err(timed_out())
-                } else {
-                    Err(io::Error::from_raw_os_error(-res))
-                });
+                return Poll::Ready(op_result(res, false).map(Relayed::Sent));
             }
             Op::Idle => {
                 op.0 = None;
                 return Poll::Ready(Err(io::Error::other("operation lost")));
             }
         }
-        match st.wait_side(dst, WR, cx, deadline, d.now()) {
-            Ok(()) => Poll::Pending,
-            Err(e) => {
-                let s = &mut st.slots[dst as usize];
-                self.abandon(s, dst);
-                op.0 = None;
-                Poll::Ready(Err(e))
-            }
-        }
+        self.wait_op(d, st, dst, op, deadline, cx)
     }
 
     fn start_relay(&self, d: &Driver, s: &mut Slot, token: u32, mut r: Box<Relay>) {

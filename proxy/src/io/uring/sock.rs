@@ -203,21 +203,27 @@ impl Ring {
                 self.finish(s);
                 op.0 = None;
                 s.wr.deadline = None;
-                return Poll::Ready(if res > 0 || (connect && res == 0) {
-                    Ok(res as usize)
-                } else if res == 0 {
-                    Err(io::ErrorKind::WriteZero.into())
-                } else if res == -libc::ECANCELED || res == -libc::ETIME {
-                    Err(timed_out())
-                } else {
-                    Err(io::Error::from_raw_os_error(-res))
-                });
+                return Poll::Ready(op_result(res, connect));
             }
             Op::Idle => {
                 op.0 = None;
                 return Poll::Ready(Err(io::Error::other("operation lost")));
             }
         }
+        self.wait_op(d, st, token, op, deadline, cx)
+    }
+
+    /// The write side of `token` waits for its operation's completion (up
+    /// to `deadline`; one that passes abandons the operation to the driver).
+    pub(super) fn wait_op<T>(
+        &self,
+        d: &Driver,
+        st: &mut State,
+        token: u32,
+        op: &mut OpId,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<T>> {
         match st.wait_side(token, WR, cx, deadline, d.now()) {
             Ok(()) => Poll::Pending,
             Err(e) => {
@@ -382,5 +388,19 @@ impl Ring {
             self.arm_accept(s, token);
         }
         None
+    }
+}
+
+/// What a send's (or connect's) completion result means to its caller: a
+/// send of 0 bytes is `WriteZero`, a cancelled one a timeout.
+pub(super) fn op_result(res: i32, connect: bool) -> io::Result<usize> {
+    if res > 0 || (connect && res == 0) {
+        Ok(res as usize)
+    } else if res == 0 {
+        Err(io::ErrorKind::WriteZero.into())
+    } else if res == -libc::ECANCELED || res == -libc::ETIME {
+        Err(timed_out())
+    } else {
+        Err(io::Error::from_raw_os_error(-res))
     }
 }
