@@ -355,7 +355,11 @@ fn an_undecodable_header_block_gets_goaway_compression_error() {
         let mut c = Raw::open(z.addr());
         c.headers(1, block, true);
         let g = c.goaway().expect("a GOAWAY");
-        assert_eq!((g.code(), g.last_stream()), (COMPRESSION_ERROR, 0), "{block:x?}");
+        assert_eq!(
+            (g.code(), g.last_stream()),
+            (COMPRESSION_ERROR, 0),
+            "{block:x?}"
+        );
     }
     assert_eq!(wait_series(&z, &refused("hpack"), 4.0), 4.0);
     assert!(o.requests().is_empty());

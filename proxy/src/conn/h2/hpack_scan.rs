@@ -70,10 +70,22 @@ const EOS: u16 = 256;
 
 /// Symbols of 5, 6, 7 and 8 bits a rewritten Huffman name is made of
 /// (`a`, `b`, `j`, `&`: valid in a name), with their codes.
-const FILL: [(u64, u32); 4] = [(0b00011, 5), (0b10_0011, 6), (0b111_0100, 7), (0b1111_1000, 8)];
+const FILL: [(u64, u32); 4] = [
+    (0b00011, 5),
+    (0b10_0011, 6),
+    (0b111_0100, 7),
+    (0b1111_1000, 8),
+];
 
 /// The pseudo-headers the codec knows (RFC 9113 §8.3, RFC 8441 §4), after the colon.
-const PSEUDO: [&[u8]; 6] = [b"authority", b"method", b"scheme", b"path", b"protocol", b"status"];
+const PSEUDO: [&[u8]; 6] = [
+    b"authority",
+    b"method",
+    b"scheme",
+    b"path",
+    b"protocol",
+    b"status",
+];
 
 /// The largest dynamic table a client may ask for: zgix advertises no
 /// SETTINGS_HEADER_TABLE_SIZE, so the default 4,096 holds (RFC 9113 §6.5.2).
@@ -531,7 +543,14 @@ mod tests {
 
     #[test]
     fn a_forbidden_name_is_rewritten_to_the_same_lengths_and_marks_its_stream() {
-        for name in [&b"X-Up"[..], b"x-Upper-Case", b"a b", b":foo", b":PATH", b"\xc3\xa9t\xc3\xa9"] {
+        for name in [
+            &b"X-Up"[..],
+            b"x-Upper-Case",
+            b"a b",
+            b":foo",
+            b":PATH",
+            b"\xc3\xa9t\xc3\xa9",
+        ] {
             for huffman in [false, true] {
                 let mut b = literal(0x40, name, huffman, b"1");
                 let before = b.clone();
@@ -542,14 +561,23 @@ mod tests {
                 }
                 assert_eq!(b.len(), before.len());
                 let n = usize::from(b[1] & 0x7f);
-                let new = if huffman { unhuff(&b[2..2 + n]) } else { b[2..2 + n].to_vec() };
+                let new = if huffman {
+                    unhuff(&b[2..2 + n])
+                } else {
+                    b[2..2 + n].to_vec()
+                };
                 assert_eq!(new.len(), name.len(), "{name:?} {huffman}: {new:?}");
                 assert!(new.iter().all(|&c| name_byte(c)), "{new:?}");
                 // What it became passes.
                 assert_eq!(scan(&mut b.clone(), false), Ok(false));
             }
         }
-        for name in [&b"x-ok"[..], b":path", b":authority", b"!#$%&'*+-.^_`|~09az"] {
+        for name in [
+            &b"x-ok"[..],
+            b":path",
+            b":authority",
+            b"!#$%&'*+-.^_`|~09az",
+        ] {
             for huffman in [false, true] {
                 let mut b = literal(0, name, huffman, b"v");
                 let before = b.clone();

@@ -316,7 +316,10 @@ mod tests {
             assert_eq!(feed(&mut i, &ping[..5], t), None, "ping {k}");
             assert_eq!(feed(&mut i, &ping[5..], t), None, "ping {k}");
         }
-        assert_eq!(feed(&mut i, &ping, t), Some((Verdict::Flood(Flood::Ping), 17)));
+        assert_eq!(
+            feed(&mut i, &ping, t),
+            Some((Verdict::Flood(Flood::Ping), 17))
+        );
         // A second later the count starts again.
         let later = t + std::time::Duration::from_secs(1);
         assert_eq!(feed(&mut i, &ping, later), None);
@@ -368,7 +371,10 @@ mod tests {
         let mut b = frames.clone();
         assert_eq!(i.feed(&mut b, t), None);
         assert_eq!(i.marked, [1], "the name was whole in this read");
-        assert!(b.ends_with(&[0, 4, b'a', b'a', b'a', b'a', 1, b'1']), "{b:?}");
+        assert!(
+            b.ends_with(&[0, 4, b'a', b'a', b'a', b'a', 1, b'1']),
+            "{b:?}"
+        );
         // The same name split across two reads: the codec's, not marked.
         let mut i = Inbound::default();
         let mut b = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();

@@ -215,14 +215,13 @@ fn timed_out() -> io::Error {
 }
 
 impl StreamIo {
-    /// The stream's client: its request head already rendered in `head`.
+    /// The stream's client: its request head already rendered, the body
+    /// still to come and whether it goes chunked.
     pub(super) fn new(
         driver: Rc<Driver>,
         facts: (Option<TlsFacts>, Option<Rc<[u8]>>),
         marks: (Rc<super::io::Shared>, u32),
-        head: Vec<u8>,
-        body: Option<RecvStream>,
-        chunked: bool,
+        (head, body, chunked): (Vec<u8>, Option<RecvStream>, bool),
         method: &http::Method,
         respond: SendResponse<Bytes>,
     ) -> StreamIo {
