@@ -211,6 +211,13 @@ impl HpackScan {
         let mut i = 0;
         while i < b.len() {
             match self.st {
+                // An indexed field with a one-byte index, the most common
+                // representation of all, without the general path.
+                St::Start if b[i] > 0x80 && b[i] != 0xff => {
+                    self.fields = true;
+                    self.index(u64::from(b[i] & 0x7f))?;
+                    i += 1;
+                }
                 St::Start => {
                     i += 1;
                     self.begin(b[i - 1])?;

@@ -348,8 +348,15 @@ impl StreamIo {
                 return Ok(());
             }
             let want = data.len();
-            let f = poll_fn(|cx| self.wr.borrow_mut().poll_room(cx, want));
-            let room = self.timed(self.write_timeout.get(), f).await?;
+            // Room already there (the usual case) needs no wait, so no timer.
+            let now = self.wr.borrow_mut().room_now(want)?;
+            let room = match now {
+                Some(n) => n,
+                None => {
+                    let f = poll_fn(|cx| self.wr.borrow_mut().poll_room(cx, want));
+                    self.timed(self.write_timeout.get(), f).await?
+                }
+            };
             let part = data.split_to(room.min(data.len()));
             let end = eos && data.is_empty();
             let mut w = self.wr.borrow_mut();
@@ -482,6 +489,13 @@ impl Writer {
         r.map(|_| ())
     }
 
+    /// Asks the window for `want` bytes; how many may be sent now, if any.
+    fn room_now(&mut self, want: usize) -> io::Result<Option<usize>> {
+        let s = self.send.as_mut().ok_or_else(closed)?;
+        s.reserve_capacity(want);
+        Ok(Some(s.capacity()).filter(|&n| n > 0))
+    }
+
     fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
         let s = self.send.as_mut().ok_or_else(closed)?;
         s.reserve_capacity(want);
@@ -600,7 +614,13 @@ impl Writer {
     /// fields; the values are slices of `head`.
     fn response(&self, head: &Bytes) -> io::Result<http::Response<()>> {
         let base = &head[..];
-        let mut b = http::Response::builder().status(self.resp.status);
+        // Built in place, not with `Response::builder`, whose every field
+        // moves the whole response head (half of what this cost).
+        let mut r = http::Response::new(());
+        *r.status_mut() = http::StatusCode::from_u16(self.resp.status)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let map = r.headers_mut();
+        map.reserve(self.resp.headers.len());
         for h in &self.resp.headers {
             let Ok(name) = http::HeaderName::from_bytes(h.name.get(base)) else {
                 continue;
@@ -612,10 +632,9 @@ impl Writer {
             else {
                 continue;
             };
-            b = b.header(name, value);
+            map.append(name, value);
         }
-        b.body(())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        Ok(r)
     }
 }
 
