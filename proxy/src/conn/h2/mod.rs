@@ -178,7 +178,10 @@ impl Conn {
             .max_send_buffer_size(64 * 1024)
             .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS));
         let client: &ClientConn = &self.client;
-        let hs = b.handshake::<_, Bytes>(io::Io::new(client, early, shared.clone()));
+        // Boxed: the handshake's state (its own copy of the adapter) is
+        // freed once it is done, not kept beside the connection's in this
+        // future for the connection's life.
+        let hs = Box::pin(b.handshake::<_, Bytes>(io::Io::new(client, early, shared.clone())));
         let conn = shard
             .driver
             .timeout(shard.rt.timeouts.client_header, hs)
@@ -268,11 +271,15 @@ fn arm(shard: Rc<shard::Shard>) -> DrainFut {
     })
 }
 
-/// The connection's state between events; `F` is the stream future's type
-/// (one per stream, held inline in the set's task: no box of its own).
-struct Loop<F> {
+/// A stream's future, boxed: `FuturesUnordered` keeps a stub task holding
+/// an `Option` of its future type inline, so an unboxed stream future (a
+/// few KiB) would cost its size on every idle connection (measured: +2 KiB).
+type StreamFut = Pin<Box<dyn Future<Output = bool>>>;
+
+/// The connection's state between events.
+struct Loop {
     streams: Rc<Streams>,
-    set: FuturesUnordered<F>,
+    set: FuturesUnordered<StreamFut>,
     drain: DrainFut,
     going_away: bool,
     /// Client resets in the current second: when it began, and how many.
@@ -298,7 +305,7 @@ impl GoingAway<'_, '_> {
     }
 }
 
-impl<F: Future<Output = bool>> Loop<F> {
+impl Loop {
     /// The next thing to act on: a refusal the adapter found, a stream
     /// done, a drain, or what the codec accepted.
     async fn next(&mut self, conn: &mut H2Conn<'_>, shared: &io::Shared) -> Event {
@@ -385,7 +392,7 @@ impl Parent<'_> {
                         conn: &mut conn,
                     };
                     if let Some(f) = self.accepted(&lp.streams, &mut away, shared, req, resp) {
-                        lp.set.push(f);
+                        lp.set.push(Box::pin(f));
                     }
                 }
                 Event::StreamDone(reset) => lp.stream_done(&mut conn, shared, reset, self),
@@ -441,7 +448,7 @@ impl Parent<'_> {
     /// The shutdown semaphore closed: a drain sends GOAWAY; a reload moves
     /// new streams to the newest generation, or winds down when the
     /// listener is gone.
-    fn drained<F: Future<Output = bool>>(&mut self, lp: &mut Loop<F>, conn: &mut H2Conn<'_>) {
+    fn drained(&mut self, lp: &mut Loop, conn: &mut H2Conn<'_>) {
         if self.shard.retired.get() && !self.shard.draining.get() {
             if self.follow() {
                 lp.go_away(conn);
