@@ -53,25 +53,22 @@ target_dir="${CARGO_TARGET_DIR:-$root/target}"
 zgix_bin="$target_dir/release/zgix" bench_bin="$target_dir/release/zgix-bench"
 [ -n "$keep" ] && mkdir -p "$keep"
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+bench_name=callgrind-h2
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-wait_line() { # file needle
-    for _ in $(seq 600); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
+# wait_ready LOG: up to 60 s (valgrind starts slowly) for zgix's ready line.
+wait_ready() {
+    local i
+    for i in $(seq 600); do
+        grep -q "ready (" "$1" 2>/dev/null && return 0
         sleep 0.1
     done
-    echo "callgrind-h2: no \"$2\" in $1:" >&2
+    echo "callgrind-h2: zgix did not get ready; its log:" >&2
     cat "$1" >&2
     exit 1
 }
@@ -79,7 +76,7 @@ wait_line() { # file needle
 oport="$(free_port)"
 "$bench_bin" origin --bind "127.0.0.1:$oport" --body-bytes 64 >"$tmp/origin.log" 2>&1 &
 pids+=($!)
-wait_line "$tmp/origin.log" "listening"
+wait_http "127.0.0.1:$oport" origin "$tmp/origin.log"
 
 # run BIN COUNT TAG -> instructions of the busiest thread (the shard).
 run() {
@@ -96,7 +93,7 @@ JSON
     (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
     vpid=$!
-    wait_line "$dir/zgix.log" "ready ("
+    wait_ready "$dir/zgix.log"
     local out ok
     out="$(h2load -n "$count" -c 4 -m 100 "http://127.0.0.1:$lport/" 2>&1)"
     ok="$(awk '/^status codes:/ {print $3}' <<<"$out")"
@@ -126,11 +123,10 @@ for r in $(seq "$rounds"); do
         printf 'round %d %-5s %8d instr/request\n' "$r" "$t" "$v"
     done
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A per
 for t in "${tags[@]}"; do
-    per[$t]="$(echo "${all[$t]}" | median)"
-    printf '%-5s median %8d instr/request  (rounds:%s)\n' "$t" "${per[$t]}" "${all[$t]}"
+    per[$t]="$(echo "${all[$t]}" | tr ' ' '\n' | grep . | median)"
+    printf '%-5s median %8s instr/request  (rounds:%s)\n' "$t" "${per[$t]}" "${all[$t]}"
 done
 if [ -n "$base" ]; then
     awk -v b="${per[base]}" -v z="${per[zgix]}" 'BEGIN {printf "zgix / base: %.3f\n", z / b}'
