@@ -1,10 +1,10 @@
-//! The known HTTP/2 attacks against zgix, each with hand-written frames on a prior-knowledge listener, each refused as RFC 9113 says at a bounded cost and counted in `zgix_h2_refused_total`: invalid preface, too many concurrent streams, rapid reset (CVE-2023-44487), CONTINUATION flood (CVE-2024-27316), a header list over `max_header_list_bytes`, an HPACK bomb, SETTINGS and PING floods, stream-ID reuse and regression, DATA on a closed stream, pseudo-header errors, and a zero-window stall.
+//! The known HTTP/2 attacks against zgix, each with hand-written frames on a prior-knowledge listener, each refused as RFC 9113 says at a bounded cost and counted in `zgix_h2_refused_total`: invalid preface, too many concurrent streams, rapid reset (CVE-2023-44487), CONTINUATION flood (CVE-2024-27316), a header list over `max_header_list_bytes`, an HPACK bomb, SETTINGS and PING floods, stream-ID reuse and regression, DATA on a closed stream, pseudo-header errors, forbidden field names (a stream error each), an undecodable header block, and a zero-window stall.
 
 mod http2_support;
 mod support;
 
 use http2_support::*;
-use support::{Origin, Zgix};
+use support::{metrics_text, series, Origin, Zgix};
 
 const LIMITS: &str = r#", "max_concurrent_streams": 4, "max_header_list_bytes": 8192"#;
 
@@ -276,21 +276,94 @@ fn pseudo_header_errors_reset_their_stream_and_the_connection_goes_on() {
     c.headers(id, &get_block("/fine"), true);
     assert_eq!(c.answer(id), Some(Ok(200)));
     assert_eq!(wait_series(&z, &refused("stream_error"), 5.0), 5.0);
-    // An uppercase field name fails HPACK field validation in the codec,
-    // which ends the connection (RFC 9113 §5.4.1 allows treating a stream
-    // error so).
-    let mut c = Raw::open(z.addr());
-    let mut upper = get_block("/");
-    lit(&mut upper, b"X-Upper", b"1");
-    c.headers(1, &upper, true);
-    let g = c.goaway().expect("a GOAWAY");
-    assert_eq!(g.code(), PROTOCOL_ERROR);
     assert_eq!(
         o.requests().len(),
         1,
         "only the well-formed one was forwarded"
     );
-    assert_eq!(wait_series(&z, &refused("protocol"), 1.0), 1.0);
+}
+
+/// `X-Upper` in HPACK's Huffman code (RFC 7541 Appendix B).
+const X_UPPER_HUFFMAN: [u8; 6] = [0xfc, 0x5b, 0x85, 0x75, 0x96, 0xcf];
+
+#[test]
+fn a_forbidden_field_name_resets_its_stream_alone() {
+    // RFC 9113 §8.2.1, §8.3, §8.1.1: an uppercase name, one that is no
+    // token, an unknown pseudo-header and a pseudo-header in trailers make
+    // the request malformed, a stream error; the codec alone would end the
+    // connection for the first three.
+    let o = Origin::start();
+    let z = start(&o);
+    let mut c = Raw::open(z.addr());
+    let mut raw = get_block("/");
+    lit_indexed(&mut raw, b"X-Upper", b"1");
+    let mut huffman = get_block("/");
+    huffman.extend_from_slice(&[0x40, 0x80 | X_UPPER_HUFFMAN.len() as u8]);
+    huffman.extend_from_slice(&X_UPPER_HUFFMAN);
+    huffman.extend_from_slice(&[1, b'1']);
+    let mut space = get_block("/");
+    lit(&mut space, b"x y", b"1");
+    let mut pseudo = get_block("/");
+    lit(&mut pseudo, b":foo", b"1");
+    let mut id = 1;
+    for (i, block) in [raw, huffman, space, pseudo].iter().enumerate() {
+        c.headers(id, block, true);
+        assert_eq!(c.answer(id), Some(Err(PROTOCOL_ERROR)), "case {i}");
+        id += 2;
+    }
+    // Trailers with a pseudo-header, after a body.
+    let mut post = Vec::new();
+    lit(&mut post, b":method", b"POST");
+    lit(&mut post, b":scheme", b"http");
+    lit(&mut post, b":path", b"/echo");
+    lit(&mut post, b":authority", b"site.example");
+    c.headers(id, &post, false);
+    c.frame(DATA, 0, id, b"abc");
+    let mut trailers = Vec::new();
+    lit(&mut trailers, b":path", b"/");
+    c.headers(id, &trailers, true);
+    let f = c
+        .until(|f| f.kind == GOAWAY || (f.kind == RST_STREAM && f.id == id))
+        .expect("a reset");
+    assert_eq!((f.kind, f.code()), (RST_STREAM, PROTOCOL_ERROR), "{f:?}");
+    // The connection goes on (its HPACK state with it).
+    c.headers(id + 2, &get_block("/fine"), true);
+    assert_eq!(c.answer(id + 2), Some(Ok(200)));
+    assert_eq!(wait_series(&z, &refused("stream_error"), 5.0), 5.0);
+    assert_eq!(series(&metrics_text(&z), &refused("protocol")), 0.0);
+    let heads: Vec<_> = o.requests().into_iter().map(|r| r.head).collect();
+    assert!(heads.iter().any(|h| h.starts_with(b"GET /fine ")));
+    assert!(
+        !heads.iter().any(|h| h.starts_with(b"GET / ")),
+        "no malformed request was forwarded"
+    );
+}
+
+#[test]
+fn an_undecodable_header_block_gets_goaway_compression_error() {
+    let o = Origin::start();
+    let z = start(&o);
+    // RFC 7541 §2.3.3, §5.1, §6.1: an integer past the codec's 4
+    // continuation bytes, an index 0, an index past both tables, a block
+    // cut inside a representation.
+    for block in [
+        &[0x82, 0x7f, 0xff, 0xff, 0xff, 0xff, 0x0f][..],
+        &[0x82, 0x80],
+        &[0x82, 0x80 | 70],
+        &[0x82, 0x41, 0x05, b'a'],
+    ] {
+        let mut c = Raw::open(z.addr());
+        c.headers(1, block, true);
+        let g = c.goaway().expect("a GOAWAY");
+        assert_eq!(
+            (g.code(), g.last_stream()),
+            (COMPRESSION_ERROR, 0),
+            "{block:x?}"
+        );
+    }
+    assert_eq!(wait_series(&z, &refused("hpack"), 4.0), 4.0);
+    assert!(o.requests().is_empty());
+    still_serves(&z);
 }
 
 #[test]

@@ -654,21 +654,17 @@ fn run(z: &Zgix, frames: &[Vec<u8>], want: &Want) -> Result<(), String> {
     }
 }
 
-/// Cases where zgix answers otherwise than h2spec expects. The h2 codec
-/// (0.4) ends the connection with PROTOCOL_ERROR on a header block it
-/// cannot decode (h2spec names COMPRESSION_ERROR), and accepts a
-/// pseudo-header in trailers (zgix drops request trailers, so it goes
-/// nowhere). The frames of a wrong length, the initial window over 2^31-1
-/// and the frames on a stream the client ended, which the codec also
-/// answers with PROTOCOL_ERROR, zgix refuses itself before the codec sees
-/// them (conn/h2/inbound.rs) with the code h2spec names.
-const KNOWN_DEVIATIONS: [&str; 2] = [
-    "4.3/1 invalid header block",
-    "8.1.2.1/3 a pseudo-header in trailers",
-];
+/// Cases where zgix answers otherwise than h2spec expects: none now. The
+/// h2 codec (0.4) alone would end the connection with PROTOCOL_ERROR on a
+/// header block it cannot decode (h2spec names COMPRESSION_ERROR) and
+/// accept a pseudo-header in trailers; zgix's pass over the header blocks
+/// (conn/h2/hpack_scan.rs) answers both as h2spec expects, like the frames
+/// of a wrong length, the initial window over 2^31-1 and the frames on a
+/// stream the client ended (conn/h2/inbound.rs).
+const KNOWN_DEVIATIONS: [&str; 0] = [];
 
 #[test]
-fn the_h2spec_http2_cases_pass_but_the_known_deviations() {
+fn every_h2spec_http2_case_gets_what_h2spec_expects() {
     let o = Origin::start();
     let z = Zgix::start_json(&h2c_config(o.addr(), "", ""));
     let cases = cases();
@@ -681,6 +677,6 @@ fn the_h2spec_http2_cases_pass_but_the_known_deviations() {
         }
     }
     assert_eq!(failed, KNOWN_DEVIATIONS, "{}", why.join("\n"));
-    // The README states these counts: 88 cases, 86 as h2spec expects.
-    assert_eq!((cases.len(), cases.len() - failed.len()), (88, 86));
+    // The README states these counts: 88 cases, 88 as h2spec expects.
+    assert_eq!((cases.len(), cases.len() - failed.len()), (88, 88));
 }

@@ -160,7 +160,10 @@ impl ClientConn {
         match &self.inner {
             Inner::Net { sock, tls: None } => sock.read(buf).await,
             Inner::Net { sock, tls: Some(t) } => Box::pin(t.stream.read(sock, buf)).await,
-            Inner::H2(io) => Box::pin(io.read(buf)).await,
+            Inner::H2(io) => match io.try_read(buf) {
+                Some(n) => Ok(n),
+                None => Box::pin(io.read(buf)).await,
+            },
         }
     }
 
@@ -173,6 +176,7 @@ impl ClientConn {
                 }
                 sock.readable().await
             }
+            Inner::H2(io) if io.ready() => Ok(()),
             Inner::H2(io) => Box::pin(io.readable()).await,
         }
     }

@@ -38,6 +38,7 @@ pub(super) const PRIORITY: u8 = 0x2;
 pub(super) const SETTINGS: u8 = 0x4;
 pub(super) const PING: u8 = 0x6;
 pub(super) const WINDOW_UPDATE: u8 = 0x8;
+pub(super) const CONTINUATION: u8 = 0x9;
 
 /// A frame header (RFC 9113 §4.1).
 #[derive(Copy, Clone, Debug)]

@@ -1,6 +1,6 @@
 //! The h2 codec's transport: tokio's `AsyncRead`/`AsyncWrite` over a client connection (plain or TLS), with one read and one write in flight at a time, each a boxed future over the connection; outgoing frames are scanned for the RST_STREAM and GOAWAY codes zgix sends (RFC 9113 §6.4, §6.8), which the refusal counters count.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -81,6 +81,38 @@ pub(super) struct Shared {
     pub refuse: Cell<Option<Verdict>>,
     /// Set with `refuse`, and kept once the connection took the verdict.
     pub stopped: Cell<bool>,
+    /// Streams the adapter found malformed (a forbidden field name, a
+    /// pseudo-header in trailers), for their stream error; the latest
+    /// [`MARKED_KEPT`].
+    malformed: RefCell<Vec<u32>>,
+}
+
+/// Streams marked malformed that are remembered: one the codec refused
+/// itself is never taken, so the oldest go.
+const MARKED_KEPT: usize = 64;
+
+impl Shared {
+    fn mark(&self, ids: &mut Vec<u32>) {
+        let mut m = self.malformed.borrow_mut();
+        for id in ids.drain(..) {
+            if m.len() == MARKED_KEPT {
+                m.remove(0);
+            }
+            m.push(id);
+        }
+    }
+
+    /// Whether stream `id` was marked malformed; the mark goes.
+    pub fn take_malformed(&self, id: u32) -> bool {
+        let mut m = self.malformed.borrow_mut();
+        match m.iter().position(|&x| x == id) {
+            Some(at) => {
+                m.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 pub(super) struct Io<'a> {
@@ -159,9 +191,13 @@ impl AsyncRead for Io<'_> {
         }
         let before = out.filled().len();
         let r = me.read_some(cx, out);
-        let got = &out.filled()[before..];
+        let got = &mut out.filled_mut()[before..];
         if !got.is_empty() {
-            if let Some((v, keep)) = me.inbound.feed(got, me.conn.now()) {
+            let verdict = me.inbound.feed(got, me.conn.now());
+            if !me.inbound.marked.is_empty() {
+                me.shared.mark(&mut me.inbound.marked);
+            }
+            if let Some((v, keep)) = verdict {
                 me.shared.refuse.set(Some(v));
                 me.shared.stopped.set(true);
                 cx.waker().wake_by_ref();

@@ -12,6 +12,7 @@
 //! GOAWAY `ENHANCE_YOUR_CALM` (CVE-2023-44487).
 
 mod frames;
+mod hpack_scan;
 mod inbound;
 mod io;
 mod stream;
@@ -71,8 +72,11 @@ struct Streams {
     limited: Cell<bool>,
 }
 
+// Not boxed: an event is only returned and matched, never held across an
+// await, so its size costs nothing; a box would be an allocation per stream.
+#[allow(clippy::large_enum_variant)]
 enum Event {
-    Stream(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
+    Stream(http::Request<RecvStream>, SendResponse<Bytes>),
     /// A stream ended; `true`: the client reset it before its answer.
     StreamDone(bool),
     Drain,
@@ -174,7 +178,10 @@ impl Conn {
             .max_send_buffer_size(64 * 1024)
             .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS));
         let client: &ClientConn = &self.client;
-        let hs = b.handshake::<_, Bytes>(io::Io::new(client, early, shared.clone()));
+        // Boxed: the handshake's state (its own copy of the adapter) is
+        // freed once it is done, not kept beside the connection's in this
+        // future for the connection's life.
+        let hs = Box::pin(b.handshake::<_, Bytes>(io::Io::new(client, early, shared.clone())));
         let conn = shard
             .driver
             .timeout(shard.rt.timeouts.client_header, hs)
@@ -188,10 +195,12 @@ impl Conn {
             }
             _ => return,
         };
+        let sni = self.client.log_facts().1.map(Rc::from);
         let mut parent = Parent {
             shard: self.shard.clone(),
             li,
             conn: self,
+            sni,
         };
         parent.run(conn, &shared).await;
         count_sent(&shard.counters.listeners[li], &shared.sent);
@@ -203,6 +212,8 @@ struct Parent<'a> {
     shard: Rc<shard::Shard>,
     li: usize,
     conn: &'a Conn,
+    /// The connection's SNI, shared by its streams' access-log records.
+    sni: Option<Rc<[u8]>>,
 }
 
 /// Adds the codes the scanner saw to the listener's counters.
@@ -249,124 +260,204 @@ fn refuse(
     }
 }
 
+/// A drain or a reload retiring the generation: its shutdown semaphore closed.
+type DrainFut = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Closed by a drain, and by a reload retiring this generation (then the
+/// connection follows and waits on the new one's).
+fn arm(shard: Rc<shard::Shard>) -> DrainFut {
+    Box::pin(async move {
+        let _ = shard.shutdown.acquire(1).await;
+    })
+}
+
+/// A stream's future, boxed: `FuturesUnordered` keeps a stub task holding
+/// an `Option` of its future type inline, so an unboxed stream future (a
+/// few KiB) would cost its size on every idle connection (measured: +2 KiB).
 type StreamFut = Pin<Box<dyn Future<Output = bool>>>;
 
+/// The connection's state between events.
+struct Loop {
+    streams: Rc<Streams>,
+    set: FuturesUnordered<StreamFut>,
+    drain: DrainFut,
+    going_away: bool,
+    /// Client resets in the current second: when it began, and how many.
+    resets: (Instant, u32),
+    /// Refused for a flood or rapid resets: the GOAWAY is counted so.
+    rapid: bool,
+}
+
+type H2Conn<'a> = ::h2::server::Connection<io::Io<'a>, Bytes>;
+
+/// The connection and whether it sent its graceful GOAWAY.
+struct GoingAway<'l, 'c> {
+    done: &'l mut bool,
+    conn: &'l mut H2Conn<'c>,
+}
+
+impl GoingAway<'_, '_> {
+    fn go(&mut self) {
+        if !*self.done {
+            *self.done = true;
+            self.conn.graceful_shutdown();
+        }
+    }
+}
+
+impl Loop {
+    /// The next thing to act on: a refusal the adapter found, a stream
+    /// done, a drain, or what the codec accepted.
+    async fn next(&mut self, conn: &mut H2Conn<'_>, shared: &io::Shared) -> Event {
+        poll_fn(|cx| {
+            if let (Some(v), false) = (shared.refuse.get(), self.rapid) {
+                return Poll::Ready(Event::Refuse(v));
+            }
+            if let Poll::Ready(Some(reset)) = self.set.poll_next_unpin(cx) {
+                return Poll::Ready(Event::StreamDone(reset));
+            }
+            if !self.going_away && self.drain.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Drain);
+            }
+            match conn.poll_accept(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Some(Ok((req, resp)))) => Poll::Ready(Event::Stream(req, resp)),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Event::Failed(e)),
+                Poll::Ready(None) => Poll::Ready(Event::Closed),
+            }
+        })
+        .await
+    }
+
+    /// Sends GOAWAY (NO_ERROR) once: no new streams, those in flight finish.
+    fn go_away(&mut self, conn: &mut H2Conn<'_>) {
+        GoingAway {
+            done: &mut self.going_away,
+            conn,
+        }
+        .go();
+    }
+
+    /// A stream ended; a client's reset counts towards rapid reset.
+    fn stream_done(&mut self, conn: &mut H2Conn<'_>, shared: &io::Shared, reset: bool, p: &Parent) {
+        shared.busy.set(shared.busy.get() - 1);
+        if self.streams.limited.get() {
+            self.go_away(conn);
+        }
+        if !reset || self.rapid {
+            return;
+        }
+        let now = p.shard.driver.now();
+        if now.saturating_duration_since(self.resets.0) >= Duration::from_secs(1) {
+            self.resets = (now, 0);
+        }
+        self.resets.1 += 1;
+        if self.resets.1 > RAPID_RESETS {
+            self.rapid = true;
+            self.going_away = true;
+            p.counters().h2_refused[Refusal::RapidReset as usize].inc();
+            // Counted here, not again from the frame sent.
+            conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
+            shared.sent.goaway.set(None);
+        }
+    }
+}
+
 impl Parent<'_> {
-    async fn run(
-        &mut self,
-        mut conn: ::h2::server::Connection<io::Io<'_>, Bytes>,
-        shared: &io::Shared,
-    ) {
+    fn counters(&self) -> &crate::observe::metrics::ListenerCounters {
+        &self.shard.counters.listeners[self.li]
+    }
+
+    async fn run(&mut self, mut conn: H2Conn<'_>, shared: &Rc<io::Shared>) {
         let streams = Rc::new(Streams {
             slot: RefCell::new(None),
             checked: Cell::new(false),
             limited: Cell::new(false),
         });
-        let mut set: FuturesUnordered<StreamFut> = FuturesUnordered::new();
-        // Closed by a drain, and by a reload retiring this generation (then
-        // the connection follows and waits on the new one's).
-        let arm = |shard: Rc<shard::Shard>| {
-            Box::pin(async move {
-                let _ = shard.shutdown.acquire(1).await;
-            })
+        let mut lp = Loop {
+            streams,
+            set: FuturesUnordered::new(),
+            drain: arm(self.shard.clone()),
+            going_away: false,
+            resets: (Instant::now(), 0u32),
+            rapid: false,
         };
-        let mut drain = arm(self.shard.clone());
-        let mut going_away = false;
-        let mut resets = (Instant::now(), 0u32);
-        // Refused for a flood or rapid resets: the GOAWAY is counted so.
-        let mut rapid = false;
         loop {
-            let ev = poll_fn(|cx| {
-                if let (Some(v), false) = (shared.refuse.get(), rapid) {
-                    return Poll::Ready(Event::Refuse(v));
-                }
-                if let Poll::Ready(Some(reset)) = set.poll_next_unpin(cx) {
-                    return Poll::Ready(Event::StreamDone(reset));
-                }
-                if !going_away && drain.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Event::Drain);
-                }
-                match conn.poll_accept(cx) {
-                    Poll::Pending => Poll::Pending,
-                    Poll::Ready(Some(Ok(s))) => Poll::Ready(Event::Stream(Box::new(s))),
-                    Poll::Ready(Some(Err(e))) => Poll::Ready(Event::Failed(e)),
-                    Poll::Ready(None) => Poll::Ready(Event::Closed),
-                }
-            })
-            .await;
-            let c = &self.shard.counters.listeners[self.li];
-            count_sent(c, &shared.sent);
+            let ev = lp.next(&mut conn, shared).await;
+            count_sent(self.counters(), &shared.sent);
             match ev {
-                Event::Stream(s) => {
-                    let (req, resp) = *s;
-                    c.h2_streams.inc();
-                    shared.busy.set(shared.busy.get() + 1);
-                    if !going_away && (self.shard.closing.get() || streams.limited.get()) {
-                        going_away = true;
-                        conn.graceful_shutdown();
-                    }
-                    if !going_away && self.follow() {
-                        going_away = true;
-                        conn.graceful_shutdown();
-                    }
-                    set.push(Box::pin(self.stream(&streams, req, resp)));
-                }
-                Event::StreamDone(reset) => {
-                    shared.busy.set(shared.busy.get() - 1);
-                    if streams.limited.get() && !going_away {
-                        going_away = true;
-                        conn.graceful_shutdown();
-                    }
-                    if reset && !rapid {
-                        let now = self.shard.driver.now();
-                        if now.saturating_duration_since(resets.0) >= Duration::from_secs(1) {
-                            resets = (now, 0);
-                        }
-                        resets.1 += 1;
-                        if resets.1 > RAPID_RESETS {
-                            rapid = true;
-                            going_away = true;
-                            c.h2_refused[Refusal::RapidReset as usize].inc();
-                            // Counted here, not again from the frame sent.
-                            conn.abrupt_shutdown(::h2::Reason::ENHANCE_YOUR_CALM);
-                            shared.sent.goaway.set(None);
-                        }
+                Event::Stream(req, resp) => {
+                    let mut away = GoingAway {
+                        done: &mut lp.going_away,
+                        conn: &mut conn,
+                    };
+                    if let Some(f) = self.accepted(&lp.streams, &mut away, shared, req, resp) {
+                        lp.set.push(Box::pin(f));
                     }
                 }
+                Event::StreamDone(reset) => lp.stream_done(&mut conn, shared, reset, self),
                 Event::Refuse(v) => {
-                    going_away = true;
-                    rapid |= refuse(c, &mut conn, shared, v);
+                    lp.going_away = true;
+                    lp.rapid |= refuse(self.counters(), &mut conn, shared, v);
                 }
-                Event::Drain => {
-                    if self.shard.retired.get() && !self.shard.draining.get() {
-                        // A reload: new streams go to the newest generation.
-                        if self.follow() {
-                            going_away = true;
-                            conn.graceful_shutdown();
-                        } else {
-                            drain = arm(self.shard.clone());
-                        }
-                    } else {
-                        going_away = true;
-                        conn.graceful_shutdown();
-                    }
-                }
+                Event::Drain => self.drained(&mut lp, &mut conn),
                 Event::Closed => break,
                 Event::Failed(e) => {
                     crate::log_debug!("h2", "connection ended: {e}");
                     break;
                 }
             }
-            if rapid {
+            if lp.rapid {
                 // Whatever the codec sends for it is this refusal.
                 shared.sent.goaway.set(None);
             }
         }
-        if rapid {
+        if lp.rapid {
             shared.sent.goaway.set(None);
         }
         // Streams still running lose their connection: their writes fail.
-        drop(set);
+        drop(lp);
+    }
+
+    /// A stream the codec accepted: its future, or `None` when zgix refused
+    /// it already (a field the adapter found malformed, RFC 9113 §8.1.1).
+    fn accepted(
+        &mut self,
+        streams: &Rc<Streams>,
+        away: &mut GoingAway<'_, '_>,
+        shared: &Rc<io::Shared>,
+        req: http::Request<RecvStream>,
+        mut resp: SendResponse<Bytes>,
+    ) -> Option<impl Future<Output = bool> + 'static> {
+        self.counters().h2_streams.inc();
+        if shared.take_malformed(u32::from(resp.stream_id())) {
+            // Counted as a stream error from the RST_STREAM sent.
+            resp.send_reset(::h2::Reason::PROTOCOL_ERROR);
+            return None;
+        }
+        shared.busy.set(shared.busy.get() + 1);
+        if self.shard.closing.get() || streams.limited.get() {
+            away.go();
+        }
+        if !*away.done && self.follow() {
+            away.go();
+        }
+        Some(self.stream(streams, shared, req, resp))
+    }
+
+    /// The shutdown semaphore closed: a drain sends GOAWAY; a reload moves
+    /// new streams to the newest generation, or winds down when the
+    /// listener is gone.
+    fn drained(&mut self, lp: &mut Loop, conn: &mut H2Conn<'_>) {
+        if self.shard.retired.get() && !self.shard.draining.get() {
+            if self.follow() {
+                lp.go_away(conn);
+            } else {
+                lp.drain = arm(self.shard.clone());
+            }
+        } else {
+            lp.go_away(conn);
+        }
     }
 
     /// A reload made a newer generation: new streams run there. `true`:
@@ -387,6 +478,7 @@ impl Parent<'_> {
     fn stream(
         &self,
         streams: &Rc<Streams>,
+        shared: &Rc<io::Shared>,
         req: http::Request<RecvStream>,
         respond: SendResponse<Bytes>,
     ) -> impl Future<Output = bool> + 'static {
@@ -394,9 +486,10 @@ impl Parent<'_> {
         let shard = self.shard.clone();
         let li = self.li;
         let (peer, ip, id) = (parent.peer, parent.ip, parent.id);
-        let facts = parent.client.log_facts();
-        let (tls, sni) = (facts.0, facts.1.map(<[u8]>::to_vec));
+        let tls = parent.client.log_facts().0;
+        let sni = self.sni.clone();
         let streams = streams.clone();
+        let shared = shared.clone();
         async move {
             let (parts, body) = req.into_parts();
             let has_body = !body.is_end_stream();
@@ -412,10 +505,9 @@ impl Parent<'_> {
             };
             let io = StreamIo::new(
                 shard.driver.clone(),
-                (tls, sni.as_deref()),
-                head,
-                has_body.then_some(body),
-                chunked,
+                (tls, sni),
+                (shared, u32::from(respond.stream_id())),
+                (head, has_body.then_some(body), chunked),
                 &parts.method,
                 respond,
             );

@@ -73,7 +73,7 @@ pub struct StreamIo {
     pub(in crate::conn) read_timeout: Cell<Option<Duration>>,
     pub(in crate::conn) write_timeout: Cell<Option<Duration>>,
     tls: Option<TlsFacts>,
-    sni: Option<Vec<u8>>,
+    sni: Option<Rc<[u8]>>,
     rd: RefCell<Reader>,
     wr: Rc<RefCell<Writer>>,
 }
@@ -84,6 +84,10 @@ struct Reader {
     body: Option<RecvStream>,
     chunked: bool,
     ended: bool,
+    /// The connection's marks and this stream's id: trailers the adapter
+    /// found malformed end the stream with PROTOCOL_ERROR (RFC 9113 §8.1.1).
+    marks: (Rc<super::io::Shared>, u32),
+    malformed: bool,
 }
 
 enum Out {
@@ -104,6 +108,31 @@ pub(super) struct Writer {
     parser: ResponseParser,
     resp: ResponseHead,
     out: Out,
+}
+
+/// DATA to send for one write of the loop: the first chunk inline (a
+/// body with a length is one per write), more only for a chunked body.
+#[derive(Default)]
+struct Chunks {
+    first: Option<Bytes>,
+    rest: Vec<Bytes>,
+}
+
+impl Chunks {
+    fn push(&mut self, b: Bytes) {
+        match self.first {
+            None => self.first = Some(b),
+            Some(_) => self.rest.push(b),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn all(self) -> impl Iterator<Item = Bytes> {
+        self.first.into_iter().chain(self.rest)
+    }
 }
 
 /// A request the stream cannot carry as HTTP/1.1.
@@ -186,13 +215,13 @@ fn timed_out() -> io::Error {
 }
 
 impl StreamIo {
-    /// The stream's client: its request head already rendered in `head`.
+    /// The stream's client: its request head already rendered, the body
+    /// still to come and whether it goes chunked.
     pub(super) fn new(
         driver: Rc<Driver>,
-        facts: (Option<TlsFacts>, Option<&[u8]>),
-        head: Vec<u8>,
-        body: Option<RecvStream>,
-        chunked: bool,
+        facts: (Option<TlsFacts>, Option<Rc<[u8]>>),
+        marks: (Rc<super::io::Shared>, u32),
+        (head, body, chunked): (Vec<u8>, Option<RecvStream>, bool),
         method: &http::Method,
         respond: SendResponse<Bytes>,
     ) -> StreamIo {
@@ -203,13 +232,15 @@ impl StreamIo {
             read_timeout: Cell::new(None),
             write_timeout: Cell::new(None),
             tls: facts.0,
-            sni: facts.1.map(<[u8]>::to_vec),
+            sni: facts.1,
             rd: RefCell::new(Reader {
                 pending: head,
                 pos: 0,
                 body,
                 chunked,
                 ended: false,
+                marks,
+                malformed: false,
             }),
             wr: Rc::new(RefCell::new(Writer {
                 respond: Some(respond),
@@ -249,7 +280,11 @@ impl StreamIo {
     /// Waits for request bytes (or the end), within the read timeout.
     async fn fill(&self) -> io::Result<()> {
         let f = poll_fn(|cx| self.rd.borrow_mut().poll_fill(cx));
-        self.timed(self.read_timeout.get(), f).await
+        let r = self.timed(self.read_timeout.get(), f).await;
+        if self.rd.borrow().malformed {
+            self.wr.borrow_mut().reset(::h2::Reason::PROTOCOL_ERROR);
+        }
+        r
     }
 
     pub(in crate::conn) async fn readable(&self) -> io::Result<()> {
@@ -258,27 +293,38 @@ impl StreamIo {
 
     pub(in crate::conn) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            {
-                let mut r = self.rd.borrow_mut();
-                if r.pos < r.pending.len() {
-                    let n = (r.pending.len() - r.pos).min(buf.len());
-                    buf[..n].copy_from_slice(&r.pending[r.pos..r.pos + n]);
-                    r.pos += n;
-                    self.rx.set(self.rx.get() + n as u64);
-                    return Ok(n);
-                }
-                if r.ended {
-                    return Ok(0);
-                }
+            if let Some(n) = self.try_read(buf) {
+                return Ok(n);
             }
             self.fill().await?;
         }
     }
 
+    /// A read that needs no wait: request bytes already here (0 at the
+    /// end), or `None`. The head is always here when the loop starts, so
+    /// its read makes no future and arms no timer.
+    pub(in crate::conn) fn try_read(&self, buf: &mut [u8]) -> Option<usize> {
+        let mut r = self.rd.borrow_mut();
+        if r.pos < r.pending.len() {
+            let n = (r.pending.len() - r.pos).min(buf.len());
+            buf[..n].copy_from_slice(&r.pending[r.pos..r.pos + n]);
+            r.pos += n;
+            self.rx.set(self.rx.get() + n as u64);
+            return Some(n);
+        }
+        r.ended.then_some(0)
+    }
+
+    /// Whether a read would complete at once.
+    pub(in crate::conn) fn ready(&self) -> bool {
+        let r = self.rd.borrow();
+        r.pos < r.pending.len() || r.ended
+    }
+
     pub(in crate::conn) async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
         let (chunks, eos) = self.wr.borrow_mut().feed(buf)?;
         let last = chunks.len();
-        for (i, c) in chunks.into_iter().enumerate() {
+        for (i, c) in chunks.all().enumerate() {
             self.send(c, eos && i + 1 == last).await?;
         }
         if eos && last == 0 {
@@ -302,8 +348,15 @@ impl StreamIo {
                 return Ok(());
             }
             let want = data.len();
-            let f = poll_fn(|cx| self.wr.borrow_mut().poll_room(cx, want));
-            let room = self.timed(self.write_timeout.get(), f).await?;
+            // Room already there (the usual case) needs no wait, so no timer.
+            let now = self.wr.borrow_mut().room_now(want)?;
+            let room = match now {
+                Some(n) => n,
+                None => {
+                    let f = poll_fn(|cx| self.wr.borrow_mut().poll_room(cx, want));
+                    self.timed(self.write_timeout.get(), f).await?
+                }
+            };
             let part = data.split_to(room.min(data.len()));
             let end = eos && data.is_empty();
             let mut w = self.wr.borrow_mut();
@@ -326,21 +379,15 @@ impl StreamIo {
             r.pos = 0;
         }
         let mut w = self.wr.borrow_mut();
-        let out = std::mem::replace(&mut w.out, Out::Done);
-        match out {
+        match w.out {
             Out::Done => {}
             Out::Close => {
+                w.out = Out::Done;
                 if let Some(s) = w.send.as_mut() {
                     let _ = s.send_data(Bytes::new(), true);
                 }
             }
-            _ => {
-                if let Some(s) = w.send.as_mut() {
-                    s.send_reset(::h2::Reason::INTERNAL_ERROR);
-                } else if let Some(r) = w.respond.as_mut() {
-                    r.send_reset(::h2::Reason::INTERNAL_ERROR);
-                }
-            }
+            _ => w.reset(::h2::Reason::INTERNAL_ERROR),
         }
     }
 }
@@ -380,6 +427,14 @@ impl Reader {
                     }
                 }
                 Poll::Ready(None) => {
+                    if self.marks.0.take_malformed(self.marks.1) {
+                        self.malformed = true;
+                        self.body = None;
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a pseudo-header in trailers",
+                        )));
+                    }
                     // Trailers, if any, are dropped.
                     self.pending.clear();
                     self.pos = 0;
@@ -408,6 +463,19 @@ impl Drop for Writer {
 }
 
 impl Writer {
+    /// Ends the stream with a stream error; nothing more is sent on it.
+    fn reset(&mut self, why: ::h2::Reason) {
+        if matches!(self.out, Out::Done) {
+            return;
+        }
+        self.out = Out::Done;
+        if let Some(s) = self.send.as_mut() {
+            s.send_reset(why);
+        } else if let Some(r) = self.respond.as_mut() {
+            r.send_reset(why);
+        }
+    }
+
     /// Whether the client reset the stream before its answer was done.
     pub(super) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if matches!(self.out, Out::Done) {
@@ -419,6 +487,13 @@ impl Writer {
             (None, None) => return Poll::Pending,
         };
         r.map(|_| ())
+    }
+
+    /// Asks the window for `want` bytes; how many may be sent now, if any.
+    fn room_now(&mut self, want: usize) -> io::Result<Option<usize>> {
+        let s = self.send.as_mut().ok_or_else(closed)?;
+        s.reserve_capacity(want);
+        Ok(Some(s.capacity()).filter(|&n| n > 0))
     }
 
     fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
@@ -440,8 +515,8 @@ impl Writer {
 
     /// Takes response bytes the loop wrote: the head once whole, then body
     /// bytes (de-chunked). Returns the DATA to send and whether it ends.
-    fn feed(&mut self, buf: &[u8]) -> io::Result<(Vec<Bytes>, bool)> {
-        let mut chunks = Vec::new();
+    fn feed(&mut self, buf: &[u8]) -> io::Result<(Chunks, bool)> {
+        let mut chunks = Chunks::default();
         // The head's bytes once whole: its fields and the body bytes that
         // came with it are slices of it, not copies.
         let mut whole: Option<Bytes> = None;
@@ -539,7 +614,13 @@ impl Writer {
     /// fields; the values are slices of `head`.
     fn response(&self, head: &Bytes) -> io::Result<http::Response<()>> {
         let base = &head[..];
-        let mut b = http::Response::builder().status(self.resp.status);
+        // Built in place, not with `Response::builder`, whose every field
+        // moves the whole response head (half of what this cost).
+        let mut r = http::Response::new(());
+        *r.status_mut() = http::StatusCode::from_u16(self.resp.status)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let map = r.headers_mut();
+        map.reserve(self.resp.headers.len());
         for h in &self.resp.headers {
             let Ok(name) = http::HeaderName::from_bytes(h.name.get(base)) else {
                 continue;
@@ -551,10 +632,9 @@ impl Writer {
             else {
                 continue;
             };
-            b = b.header(name, value);
+            map.append(name, value);
         }
-        b.body(())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        Ok(r)
     }
 }
 
