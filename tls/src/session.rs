@@ -291,6 +291,18 @@ impl<S: Side> Tls<S> {
         }
     }
 
+    /// Lends the session `buf` (empty; a pooled one) for the output to
+    /// come, when nothing waits to be sent: a handshake's flights then
+    /// grow no buffer of their own. Returns the buffer not used.
+    pub fn lend_output(&mut self, mut buf: Vec<u8>) -> Vec<u8> {
+        if self.sent == self.out.len() {
+            buf.clear();
+            self.sent = 0;
+            std::mem::swap(&mut self.out, &mut buf);
+        }
+        buf
+    }
+
     /// TLS bytes waiting to be sent.
     pub fn pending(&self) -> &[u8] {
         &self.out[self.sent..]

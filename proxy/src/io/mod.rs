@@ -82,7 +82,7 @@ pub use notify::Notifier;
 pub use ops::Relayed;
 #[cfg(test)]
 pub use record_buf::record_buffers_taken;
-pub use record_buf::{put_record_buffer, take_record_buffer};
+pub use record_buf::{put_record_buffer, put_send_buffer, take_record_buffer, take_send_buffer};
 pub use record_stream::RecordStream;
 pub use sock::{Lent, Listener, Pipe, Sock};
 pub use timer::Sleep;

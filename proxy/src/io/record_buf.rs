@@ -68,10 +68,10 @@ pub fn take_send_buffer() -> Vec<u8> {
         .unwrap_or_else(|| Vec::with_capacity(SEND_BUFFER))
 }
 
-/// Gives a sent buffer back (freed past the pool's size, or if it grew
-/// past [`SEND_KEPT_MAX`]).
+/// Gives a sent buffer back (freed past the pool's size, if it grew past
+/// [`SEND_KEPT_MAX`], or if it is a small one that is not from the pool).
 pub fn put_send_buffer(mut b: Vec<u8>) {
-    if b.capacity() > SEND_KEPT_MAX {
+    if b.capacity() > SEND_KEPT_MAX || b.capacity() < SEND_BUFFER {
         return;
     }
     b.clear();
