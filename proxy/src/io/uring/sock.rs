@@ -77,25 +77,10 @@ impl Ring {
             let take = ((m.len - s.rq_off) as usize).min(buf.len() - n);
             buf[n..n + take].copy_from_slice(self.bufs.data(bid, s.rq_off, take as u32));
             n += take;
-            s.rq_off += take as u32;
-            if s.rq_off == m.len {
-                s.rq_head = m.next;
-                if s.rq_head == NO_BUF {
-                    s.rq_tail = NO_BUF;
-                }
-                s.rq_len -= 1;
-                s.rq_off = 0;
-                self.recycle(st, bid);
-            }
+            self.drop_head(st, token, take as u32);
         }
         let s = &mut st.slots[token as usize];
-        let u = s.be.u();
-        // A plain read ends bulk relaying: the next bytes are a head, or small.
-        u.rq_cap = RQ_MAX;
-        if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_MAX / 2 && !s.hup {
-            u.recv_paused = false;
-            self.arm_recv(s, token);
-        }
+        self.caught_up(s, token);
         if n > 0 || buf.is_empty() {
             return Some(Ok(n));
         }
@@ -170,8 +155,18 @@ impl Ring {
         // is recycled below, after `f` returns.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.bufs.at(bid, u.rq_off), len) };
         let used = f(bytes).min(len);
+        self.drop_head(st, token, used as u32);
+        self.caught_up(&mut st.slots[token as usize], token);
+        Some(Ok(Lent::Bytes(used)))
+    }
+
+    /// Drops `n` bytes of the socket's first queued buffer (read or lent);
+    /// a buffer used up goes back to the ring.
+    fn drop_head(&self, st: &mut State, token: u32, n: u32) {
         let u = st.slots[token as usize].be.u();
-        u.rq_off += used as u32;
+        let bid = u.rq_head;
+        let m = self.meta.borrow()[bid as usize];
+        u.rq_off += n;
         if u.rq_off == m.len {
             u.rq_head = m.next;
             if u.rq_head == NO_BUF {
@@ -181,14 +176,18 @@ impl Ring {
             u.rq_off = 0;
             self.recycle(st, bid);
         }
-        let s = &mut st.slots[token as usize];
+    }
+
+    /// After a read or a lend: bulk relaying ends (the next bytes are a
+    /// head, or small), and a receive paused for a full queue resumes once
+    /// the reader has caught up.
+    fn caught_up(&self, s: &mut Slot, token: u32) {
         let u = s.be.u();
         u.rq_cap = RQ_MAX;
         if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_MAX / 2 && !s.hup {
             u.recv_paused = false;
             self.arm_recv(s, token);
         }
-        Some(Ok(Lent::Bytes(used)))
     }
 
     /// Whether a read would complete now (bytes queued, or EOF/error, or a
