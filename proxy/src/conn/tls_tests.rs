@@ -263,8 +263,9 @@ fn whole_records_are_decrypted_where_the_ring_received_them_and_split_ones_are_c
             match kind {
                 // Decrypted in the provided buffer: no record buffer taken.
                 Kind::Uring => assert_eq!(taken, 0, "whole records were copied out to decrypt"),
-                // epoll's recv fills the pooled record buffer itself.
-                Kind::Epoll => assert!(taken >= SMALL as u64, "{taken}"),
+                // epoll's recv fills the pooled record buffer itself (the
+                // first request may have come with the client's Finished).
+                Kind::Epoll => assert!(taken >= SMALL as u64 - 1, "{taken}"),
             }
             let mut got = 0;
             while got < LONG {
