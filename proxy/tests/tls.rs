@@ -603,7 +603,7 @@ fn allocation_window(
 }
 
 #[test]
-fn keep_alive_https_requests_allocate_nothing_per_request_with_64_b_and_16_kib_bodies() {
+fn keep_alive_https_requests_allocate_only_rustls_own_per_record_with_64_b_and_16_kib_bodies() {
     const N: usize = 400;
     let certs = Certs::new("alloc");
     let site = certs.make("site", &["site.example"], 90);
@@ -617,18 +617,25 @@ fn keep_alive_https_requests_allocate_nothing_per_request_with_64_b_and_16_kib_b
         o.addr()
     ));
     let mut c = KeepAlive::connect(z.addr(), "site.example", &site.0);
-    for path in ["/cl/64", "/cl/16384"] {
+    // rustls 0.23's unbuffered API allocates once per TLS record (a record
+    // read is copied into a Vec after its in-place decryption, a record
+    // written is encrypted into one): the request's record, the head's and
+    // the body's records (the 16 KiB body goes out in two, as the origin's
+    // bytes arrive). zgix adds none of its own (it did: a 16 KiB body grew
+    // and freed the session's send buffer, 6 per request in all).
+    for (path, rustls_own) in [("/cl/64", 3), ("/cl/16384", 4)] {
         // Warm: the connection's buffers, the shard's pools, the origin's.
         for _ in 0..20 {
             assert_eq!(c.get(path), (200, path[4..].parse().unwrap()));
         }
         let (busy, took) = allocation_window(&z, &mut c, path, N, Default::default());
         let (idle, _) = allocation_window(&z, &mut c, path, 0, took);
-        // The scrapes allocate a varying few dozen times; one allocation
-        // per request would add N.
+        // The scrapes allocate a varying few dozen times; half an
+        // allocation per request more than rustls' would add N / 2.
+        let bound = idle + (rustls_own * N + N / 2) as u64;
         assert!(
-            busy <= idle + N as u64 / 20,
-            "{path}: {N} requests made {busy} allocations, none made {idle}"
+            busy <= bound,
+            "{path}: {N} requests made {busy} allocations, none made {idle} (bound {bound})"
         );
     }
     assert_eq!(o.accepted(), 1, "one pooled upstream connection");
