@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Instructions per keep-alive HTTPS request in zgix's shard thread, counted
-# by valgrind's callgrind (repeatable on a loaded machine, unlike CPU time):
-# zgix (one shard) terminates TLS 1.3 (ECDSA P-256) in front of a zgix-bench
-# origin; a Python `ssl` client sends N and then 5N keep-alive GETs on one
-# connection; the figure is (I(5N) - I(N)) / 4N of the busiest thread (the
-# shard), so start-up and the handshake cancel out. Several binaries (a
-# baseline built from another commit) run in interleaved rounds.
+# Instructions per keep-alive HTTPS request in zgix, counted by valgrind's
+# callgrind (repeatable on a loaded machine, unlike CPU time): zgix (one
+# shard) terminates TLS 1.3 (ECDSA P-256) on one listener per body size, each
+# in front of a zgix-bench origin; per body a Python `ssl` client warms one
+# keep-alive connection with 20 GETs, callgrind's counters are zeroed
+# (`callgrind_control -z`), N more GETs, a dump: the figure is the dump's
+# instructions (every thread) over N, so start-up and the handshake are not
+# in it. Several binaries (a baseline built from another commit) run in
+# interleaved rounds.
 set -euo pipefail
 
 usage() {
@@ -17,13 +19,13 @@ usage: scripts/callgrind-tls.sh [--bin LABEL=PATH]... [--driver epoll|uring]
   --bin LABEL=PATH  a zgix binary to measure (repeatable; default
                     zgix=$CARGO_TARGET_DIR/release/zgix)
   --driver D        zgix's io driver (default epoll; see the note below)
-  --requests N      N of the two runs (default 500; the second is 5N)
+  --requests N      requests counted per body size (default 500)
   --rounds R        interleaved rounds, medians printed (default 3)
   --bodies LIST     response body sizes in bytes (default "64 16384")
   --bench PATH      the zgix-bench binary for the origin (default
                     $CARGO_TARGET_DIR/release/zgix-bench, else debug)
 
-Needs valgrind, python3 and openssl. Only 127.0.0.1 is used; everything
+Needs valgrind (with callgrind_control), python3 and openssl. Only 127.0.0.1 is used; everything
 started is stopped on exit. valgrind 3.19 runs zgix's ring (callgrind
 counts instructions, it does not model the memory the kernel writes); if a
 ring is refused, zgix falls back to epoll and the script says so.
@@ -82,29 +84,40 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
     -keyout "$tmp/k.pem" -out "$tmp/c.pem" 2>/dev/null
 
 cat >"$tmp/client.py" <<'PY'
-import socket, ssl, sys
-host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import os, socket, ssl, sys, time
+host, port, n, sync = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
 s = ctx.wrap_socket(socket.create_connection((host, port)), server_hostname="bench.example")
 req = b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n"
 buf = b""
-for _ in range(n):
-    s.sendall(req)
-    while True:
-        h = buf.find(b"\r\n\r\n")
-        if h >= 0:
-            head = buf[:h].decode()
-            assert head.startswith("HTTP/1.1 200"), head
-            cl = next(int(l.split(":")[1]) for l in head.split("\r\n")
-                      if l.lower().startswith("content-length"))
-            if len(buf) >= h + 4 + cl:
-                buf = buf[h + 4 + cl:]
-                break
-        d = s.recv(65536)
-        assert d, "connection closed"
-        buf += d
+def get(k):
+    global buf
+    for _ in range(k):
+        s.sendall(req)
+        while True:
+            h = buf.find(b"\r\n\r\n")
+            if h >= 0:
+                head = buf[:h].decode()
+                assert head.startswith("HTTP/1.1 200"), head
+                cl = next(int(l.split(":")[1]) for l in head.split("\r\n")
+                          if l.lower().startswith("content-length"))
+                if len(buf) >= h + 4 + cl:
+                    buf = buf[h + 4 + cl:]
+                    break
+            d = s.recv(65536)
+            assert d, "connection closed"
+            buf += d
+def wait(name):
+    while not os.path.exists(sync + "." + name):
+        time.sleep(0.05)
+get(20)  # warm: the handshake, the connection's buffers, the shard's pools
+open(sync + ".warm", "w").close()
+wait("go")
+get(n)
+open(sync + ".done", "w").close()
+wait("end")
 PY
 
 declare -A oport
@@ -116,53 +129,80 @@ for body in $bodies; do
     wait_line "$tmp/origin-$body.log" "listening"
 done
 
-# One run: binary, body size, request count -> instructions of the busiest
-# thread (the shard; the process's main thread is apart).
+wait_file() { # path
+    for _ in $(seq 12000); do
+        [ -e "$1" ] && return 0
+        sleep 0.05
+    done
+    echo "callgrind-tls: $1 never appeared" >&2
+    exit 1
+}
+
+# One zgix under callgrind per binary and round, one TLS listener per body
+# size (each to its own origin): per body, a client warms its connection,
+# the counters are zeroed, N requests, a dump; prints "body instr/request"
+# (every thread's instructions in the dump over N).
 run() {
-    local bin="$1" body="$2" count="$3" lport dir
-    lport="$(free_port)"
+    local bin="$1" dir listeners="" clusters="" sep="" body
     dir="$tmp/run-$RANDOM$RANDOM"
     mkdir -p "$dir"
+    declare -A lport
+    for body in $bodies; do
+        lport[$body]="$(free_port)"
+        listeners="$listeners$sep{\"bind\": \"127.0.0.1:${lport[$body]}\", \"name\": \"b$body\",
+   \"tls\": {\"certificates\": [{\"cert\": \"$tmp/c.pem\", \"key\": \"$tmp/k.pem\"}]},
+   \"http\": {\"cluster\": \"o$body\"}}"
+        clusters="$clusters$sep\"o$body\": {\"endpoints\": [\"127.0.0.1:${oport[$body]}\"]}"
+        sep=", "
+    done
     cat >"$dir/zgix.json" <<JSON
-{"cpus": [0], "io": {"driver": "$driver"},
- "listeners": [{"bind": "127.0.0.1:$lport",
-   "tls": {"certificates": [{"cert": "$tmp/c.pem", "key": "$tmp/k.pem"}]},
-   "http": {"cluster": "o"}}],
- "clusters": {"o": {"endpoints": ["127.0.0.1:${oport[$body]}"]}}}
+{"cpus": [0], "io": {"driver": "$driver"}, "listeners": [$listeners], "clusters": {$clusters}}
 JSON
     (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
     local vpid=$!
+    pids+=("$vpid")
     wait_line "$dir/zgix.log" "ready ("
     if [ "$driver" = uring ] && ! grep -q "shards, uring)" "$dir/zgix.log"; then
         echo "callgrind-tls: note: the shard runs on epoll under valgrind" >&2
     fi
-    python3 "$tmp/client.py" 127.0.0.1 "$lport" "$count"
+    local vg="$vpid" # the subshell execs valgrind, which keeps its pid
+    for body in $bodies; do
+        local sync="$dir/sync-$body"
+        python3 "$tmp/client.py" 127.0.0.1 "${lport[$body]}" "$n" "$sync" &
+        local cpid=$!
+        wait_file "$sync.warm"
+        callgrind_control -z "$vg" >/dev/null
+        touch "$sync.go"
+        wait_file "$sync.done"
+        mkdir -p "$dir/before-$body"
+        ls "$dir" | grep '^callgrind.out' >"$dir/before-$body/list" || true
+        callgrind_control -d "$vg" >/dev/null
+        local sum=0 v f
+        for f in $(ls "$dir" | grep '^callgrind.out' | grep -vxF -f "$dir/before-$body/list"); do
+            v="$(awk '/^(summary|totals):/ {print $2; exit}' "$dir/$f")"
+            [ -n "$v" ] && sum=$((sum + v))
+        done
+        touch "$sync.end"
+        wait "$cpid"
+        echo "$body $((sum / n))"
+    done
     kill -TERM "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
-    local best=0 v
-    for f in "$dir"/callgrind.out.*; do
-        v="$(awk '/^(summary|totals):/ {print $2; exit}' "$f")"
-        [ -n "$v" ] && [ "$v" -gt "$best" ] && best="$v"
-    done
     rm -rf "$dir"
-    echo "$best"
 }
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf 'callgrind-tls: %d and %d keep-alive HTTPS requests, one connection, driver %s, %d interleaved rounds\n' \
-    "$n" $((5 * n)) "$driver" "$rounds"
+printf 'callgrind-tls: %d keep-alive HTTPS requests after 20 warm ones, one connection per body size, driver %s, %d interleaved rounds\n' \
+    "$n" "$driver" "$rounds"
 declare -A all
 for r in $(seq "$rounds"); do
-    for body in $bodies; do
-        for b in "${bins[@]}"; do
-            label="${b%%=*}" bin="${b#*=}"
-            a="$(run "$bin" "$body" "$n")"
-            c="$(run "$bin" "$body" $((5 * n)))"
-            v=$(( (c - a) / (4 * n) ))
+    for b in "${bins[@]}"; do
+        label="${b%%=*}" bin="${b#*=}"
+        while read -r body v; do
             all[$label/$body]="${all[$label/$body]:-} $v"
             printf 'round %d %-10s %6d B %9d instr/request\n' "$r" "$label" "$body" "$v"
-        done
+        done < <(run "$bin")
     done
 done
 printf '%-10s %8s %12s   %s\n' binary body median rounds
