@@ -22,9 +22,6 @@ usage: scripts/callgrind-tls.sh [--bin LABEL=PATH]... [--driver epoll|uring]
   --requests N      requests counted per body size (default 500)
   --rounds R        interleaved rounds, medians printed (default 3)
   --bodies LIST     response body sizes in bytes (default "64 16384")
-  --collect FN      count only inside functions matching FN (callgrind's
-                    --toggle-collect, e.g. '*RecordStream*': the TLS read
-                    and write path without the event loop around it)
   --bench PATH      the zgix-bench binary for the origin (default
                     $CARGO_TARGET_DIR/release/zgix-bench, else debug)
 
@@ -35,7 +32,7 @@ ring is refused, zgix falls back to epoll and the script says so.
 USAGE
 }
 
-bins=() n=500 rounds=3 driver=epoll bodies="64 16384" bench="" collect=()
+bins=() n=500 rounds=3 driver=epoll bodies="64 16384" bench=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bins+=("$2"); shift 2 ;;
@@ -44,7 +41,6 @@ while [ $# -gt 0 ]; do
         --rounds) rounds="$2"; shift 2 ;;
         --bodies) bodies="$2"; shift 2 ;;
         --bench) bench="$2"; shift 2 ;;
-        --collect) collect=("--toggle-collect=$2"); shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "callgrind-tls: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -162,7 +158,7 @@ run() {
     cat >"$dir/zgix.json" <<JSON
 {"cpus": [0], "io": {"driver": "$driver"}, "listeners": [$listeners], "clusters": {$clusters}}
 JSON
-    (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes "${collect[@]}" \
+    (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
     local vpid=$!
     pids+=("$vpid")
