@@ -248,17 +248,19 @@ impl<S: Side> Tls<S> {
     /// Encrypts `plain` into [`Session::pending`] (in records of at most
     /// 16 KiB). Fails before the handshake is complete or after a close.
     pub fn write(&mut self, plain: &[u8]) -> Result<(), Failure> {
-        for chunk in plain.chunks(MAX_PLAINTEXT) {
-            let st = self.conn.process(&mut []);
-            match st.state {
-                Ok(ConnectionState::WriteTraffic(mut w)) => {
-                    encrypt_into(&mut self.out, chunk.len(), |b| w.encrypt(chunk, b))?
-                }
-                Ok(other) => return Err(Failure::Alert(format!("cannot send in state {other:?}"))),
-                Err(e) => return Err(Failure::Alert(e.to_string())),
-            }
+        seal(&mut self.conn, plain, &mut self.out)
+    }
+
+    /// Encrypts `plain` onto the end of `dst`, a buffer the caller owns
+    /// (a large reply's, so the session keeps no large buffer): what
+    /// [`Session::pending`] held goes first, so the order on the wire stays.
+    pub fn write_into(&mut self, plain: &[u8], dst: &mut Vec<u8>) -> Result<(), Failure> {
+        let waiting = self.pending().len();
+        if waiting > 0 {
+            dst.extend_from_slice(self.pending());
+            self.sent(waiting);
         }
-        Ok(())
+        seal(&mut self.conn, plain, dst)
     }
 
     /// Queues `close_notify` (RFC 8446 §6.1) when the handshake finished;
@@ -287,6 +289,18 @@ impl<S: Side> Tls<S> {
             buf.clear();
             self.out = buf;
         }
+    }
+
+    /// Lends the session `buf` (empty; a pooled one) for the output to
+    /// come, when nothing waits to be sent: a handshake's flights then
+    /// grow no buffer of their own. Returns the buffer not used.
+    pub fn lend_output(&mut self, mut buf: Vec<u8>) -> Vec<u8> {
+        if self.sent == self.out.len() {
+            buf.clear();
+            self.sent = 0;
+            std::mem::swap(&mut self.out, &mut buf);
+        }
+        buf
     }
 
     /// TLS bytes waiting to be sent.
@@ -329,6 +343,21 @@ impl<S: Side> Tls<S> {
             resumed: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
         }
     }
+}
+
+/// Encrypts `plain` onto the end of `out`, in records of at most 16 KiB.
+fn seal<S: Side>(conn: &mut S, plain: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+    for chunk in plain.chunks(MAX_PLAINTEXT) {
+        let st = conn.process(&mut []);
+        match st.state {
+            Ok(ConnectionState::WriteTraffic(mut w)) => {
+                encrypt_into(out, chunk.len(), |b| w.encrypt(chunk, b))?
+            }
+            Ok(other) => return Err(Failure::Alert(format!("cannot send in state {other:?}"))),
+            Err(e) => return Err(Failure::Alert(e.to_string())),
+        }
+    }
+    Ok(())
 }
 
 /// Runs an encoder into the tail of `out`, growing it to what it needs.

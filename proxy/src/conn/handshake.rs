@@ -9,8 +9,8 @@ use zgix_tls::server::{Listener as TlsSpec, MinVersion};
 use zgix_tls::{CertStore, Loaded, Session, Tickets, UnknownSni};
 
 use super::client::TlsConn;
-use crate::io::take_record_buffer;
 use crate::io::Sock;
+use crate::io::{put_send_buffer, take_record_buffer, take_send_buffer};
 
 /// A TLS listener's runtime: its rustls configuration and certificates.
 pub struct TlsListener {
@@ -204,9 +204,14 @@ pub async fn accept(
             }
         }
         if inspected && len > 0 {
+            // The flight is encoded into a pooled send buffer: no buffer
+            // grown (and freed) per flight.
+            put_send_buffer(session.lend_output(take_send_buffer()));
             let r = session.read(&mut inbuf[..len], &mut |d| plain.extend_from_slice(d));
             let out = session.take_output();
-            if !out.is_empty() && sock.write_all(&out).await.is_err() {
+            let failed = !out.is_empty() && sock.write_all(&out).await.is_err();
+            put_send_buffer(out);
+            if failed {
                 return Err(Outcome::Alert);
             }
             match r {

@@ -63,6 +63,8 @@ mod watch;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
+mod tests_lend;
+#[cfg(test)]
 mod tests_soundness;
 
 use std::cell::{Cell, RefCell};
@@ -78,9 +80,11 @@ pub use addr::{bind_listener, local_addr, peer_addr};
 pub use buf::Buf;
 pub use notify::Notifier;
 pub use ops::Relayed;
-pub use record_buf::{put_record_buffer, take_record_buffer};
+#[cfg(test)]
+pub use record_buf::record_buffers_taken;
+pub use record_buf::{put_record_buffer, put_send_buffer, take_record_buffer, take_send_buffer};
 pub use record_stream::RecordStream;
-pub use sock::{Listener, Pipe, Sock};
+pub use sock::{Lent, Listener, Pipe, Sock};
 pub use timer::Sleep;
 
 /// glommio's preemption timer for a shard. zgix's tasks yield to each other

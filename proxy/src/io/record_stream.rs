@@ -1,11 +1,12 @@
-//! A TLS session over a socket after its handshake, for either side (a client connection, `conn::client`; an origin connection, `upstream::tls`): received records go into a per-shard pooled buffer held only while a partial record waits, are decrypted in place, and their payload is copied once into the caller's buffer; writes are encrypted into one send buffer. No borrow of the session is held across an await, so one direction can stream while the other waits.
+//! A TLS session over a socket after its handshake, for either side (a client connection, `conn::client`; an origin connection, `upstream::tls`): received records are decrypted in place where the driver put them (on the ring, the provided buffer it lends for the call; on epoll, the pooled record buffer `recv` filled) and their payload copied once, into the caller's buffer; only a record split across buffers is completed in a per-shard pooled buffer, held while it waits. Writes are encrypted into one send buffer (a long one, a body's, into a pooled buffer). No borrow of the session is held across an await, so one direction can stream while the other waits.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 
 use zgix_tls::session::{Side, Tls};
 
-use crate::io::{put_record_buffer, take_record_buffer, Sock};
+use crate::io::record_buf::{put_send_buffer, take_send_buffer, RECORD_BUFFER, SMALL_WRITE};
+use crate::io::{put_record_buffer, take_record_buffer, Lent, Sock};
 
 /// The encrypted stream of one connection, side `S`.
 pub struct RecordStream<S> {
@@ -28,6 +29,26 @@ pub struct RecordStream<S> {
 
 fn invalid(e: zgix_tls::Failure) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// How many bytes to read after `have` so that its first incomplete record
+/// is whole (its header first, if not whole yet): at least one, at most the
+/// room left in the record buffer (all of it if no record is incomplete).
+fn record_rest(have: &[u8]) -> usize {
+    let room = RECORD_BUFFER - have.len();
+    let mut at = 0;
+    while at + 5 <= have.len() {
+        let end = at + 5 + u16::from_be_bytes([have[at + 3], have[at + 4]]) as usize;
+        if end > have.len() {
+            return (end - have.len()).min(room);
+        }
+        at = end;
+    }
+    if at == have.len() {
+        room
+    } else {
+        (at + 5 - have.len()).min(room)
+    }
 }
 
 impl<S: Side> RecordStream<S> {
@@ -113,56 +134,148 @@ impl<S: Side> RecordStream<S> {
             if self.peer_closed.get() {
                 return Ok(0);
             }
-            let mut inbuf = self
-                .inbuf
-                .borrow_mut()
-                .take()
-                .unwrap_or_else(take_record_buffer);
-            let have = self.in_len.get();
-            let n = match sock.read(&mut inbuf[have..]).await {
-                Ok(n) => n,
-                Err(e) => {
-                    self.stash(inbuf);
-                    return Err(e);
+            let copied = if self.in_len.get() == 0 {
+                match self.read_lent(sock, buf).await? {
+                    Some(n) => n,
+                    None => self.read_copied(sock, buf).await?,
                 }
+            } else {
+                self.read_copied(sock, buf).await?
             };
-            if n == 0 {
+            if copied > 0 {
+                self.rx.set(self.rx.get() + copied as u64);
+                return Ok(copied);
+            }
+        }
+    }
+
+    /// The fast path: whole records are decrypted where the driver received
+    /// them (a ring's provided buffer) and their payload copied once, into
+    /// `buf` (what does not fit into `plain`). A partial record at the end
+    /// moves into a pooled record buffer to be completed there. `None`: the
+    /// driver lends nothing (epoll, a ring reading past its dry buffer
+    /// ring): read with [`RecordStream::read_copied`].
+    async fn read_lent(&self, sock: &Sock, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let mut copied = 0;
+        let mut failed = None;
+        let lent = sock
+            .read_lent(&mut |bytes| {
+                let len = bytes.len();
+                match self.decrypt(bytes, buf, &mut copied) {
+                    Ok(consumed) => consumed + self.keep_partial(&bytes[consumed..]),
+                    Err(e) => {
+                        failed = Some(e);
+                        len
+                    }
+                }
+            })
+            .await?;
+        if let Some(e) = failed {
+            self.flush(sock).await;
+            return Err(invalid(e));
+        }
+        match lent {
+            Lent::Bytes(_) => Ok(Some(copied)),
+            Lent::Eof => {
                 // A FIN without close_notify: a truncation the HTTP framing
                 // above notices; there is nothing more to read either way.
-                self.stash(inbuf);
                 self.peer_closed.set(true);
-                continue;
+                Ok(Some(0))
             }
-            let len = have + n;
-            let mut copied = 0;
-            let result = {
-                let mut plain = self.plain.borrow_mut();
-                self.session.borrow_mut().read(&mut inbuf[..len], &mut |d| {
-                    let k = (buf.len() - copied).min(d.len());
-                    buf[copied..copied + k].copy_from_slice(&d[..k]);
-                    copied += k;
-                    plain.extend_from_slice(&d[k..]);
-                })
-            };
-            match result {
-                Ok(p) => {
-                    inbuf.copy_within(p.consumed..len, 0);
-                    self.in_len.set(len - p.consumed);
-                    if p.peer_closed {
-                        self.peer_closed.set(true);
-                    }
-                    self.stash(inbuf);
-                    if copied > 0 {
-                        self.rx.set(self.rx.get() + copied as u64);
-                        return Ok(copied);
-                    }
-                }
-                Err(e) => {
-                    self.in_len.set(0);
-                    put_record_buffer(inbuf);
-                    self.flush(sock).await;
-                    return Err(invalid(e));
-                }
+            Lent::Copy => Ok(None),
+        }
+    }
+
+    /// Moves the start of a record that continues in the next buffer into
+    /// a pooled record buffer; how many bytes it took (all, unless more
+    /// than a record waits: the rest stays with the driver).
+    fn keep_partial(&self, rest: &[u8]) -> usize {
+        if rest.is_empty() || self.peer_closed.get() {
+            return rest.len();
+        }
+        let mut inbuf = take_record_buffer();
+        let n = rest.len().min(inbuf.len());
+        inbuf[..n].copy_from_slice(&rest[..n]);
+        self.in_len.set(n);
+        *self.inbuf.borrow_mut() = Some(inbuf);
+        n
+    }
+
+    /// Decrypts the records of `bytes` in place: payload into `buf` from
+    /// `*copied` on, the rest into `plain`. Returns the bytes the session
+    /// is done with (a partial record stays).
+    fn decrypt(
+        &self,
+        bytes: &mut [u8],
+        buf: &mut [u8],
+        copied: &mut usize,
+    ) -> Result<usize, zgix_tls::Failure> {
+        let mut plain = self.plain.borrow_mut();
+        let p = self.session.borrow_mut().read(bytes, &mut |d| {
+            let k = (buf.len() - *copied).min(d.len());
+            buf[*copied..*copied + k].copy_from_slice(&d[..k]);
+            *copied += k;
+            plain.extend_from_slice(&d[k..]);
+        })?;
+        if p.peer_closed {
+            self.peer_closed.set(true);
+        }
+        Ok(p.consumed)
+    }
+
+    /// The slow path: received bytes are copied into the pooled record
+    /// buffer (after the partial record it holds) and decrypted there. A
+    /// driver that lends its buffers gives only what completes the record
+    /// waiting here, so the records after it are read where they landed.
+    async fn read_copied(&self, sock: &Sock, buf: &mut [u8]) -> io::Result<usize> {
+        let mut inbuf = self
+            .inbuf
+            .borrow_mut()
+            .take()
+            .unwrap_or_else(take_record_buffer);
+        let have = self.in_len.get();
+        if have == inbuf.len() {
+            // rustls takes records of at most 2^14 + 256 bytes: a full
+            // buffer it consumed nothing of is not TLS.
+            self.in_len.set(0);
+            put_record_buffer(inbuf);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "TLS record larger than its buffer",
+            ));
+        }
+        let want = if have > 0 && sock.lends() {
+            record_rest(&inbuf[..have])
+        } else {
+            inbuf.len() - have
+        };
+        let n = match sock.read(&mut inbuf[have..have + want]).await {
+            Ok(n) => n,
+            Err(e) => {
+                self.stash(inbuf);
+                return Err(e);
+            }
+        };
+        if n == 0 {
+            // A FIN without close_notify (see `read_lent`).
+            self.stash(inbuf);
+            self.peer_closed.set(true);
+            return Ok(0);
+        }
+        let len = have + n;
+        let mut copied = 0;
+        match self.decrypt(&mut inbuf[..len], buf, &mut copied) {
+            Ok(consumed) => {
+                inbuf.copy_within(consumed..len, 0);
+                self.in_len.set(len - consumed);
+                self.stash(inbuf);
+                Ok(copied)
+            }
+            Err(e) => {
+                self.in_len.set(0);
+                put_record_buffer(inbuf);
+                self.flush(sock).await;
+                Err(invalid(e))
             }
         }
     }
@@ -178,13 +291,27 @@ impl<S: Side> RecordStream<S> {
 
     /// Encrypts and sends all of `buf`.
     pub async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
+        let long = buf.len() > SMALL_WRITE;
         let out = {
             let mut s = self.session.borrow_mut();
-            s.write(buf).map_err(invalid)?;
-            s.take_output()
+            if long {
+                let mut out = take_send_buffer();
+                if let Err(e) = s.write_into(buf, &mut out) {
+                    put_send_buffer(out);
+                    return Err(invalid(e));
+                }
+                out
+            } else {
+                s.write(buf).map_err(invalid)?;
+                s.take_output()
+            }
         };
         let r = self.send(sock, &out).await;
-        self.session.borrow_mut().give_back(out);
+        if long {
+            put_send_buffer(out);
+        } else {
+            self.session.borrow_mut().give_back(out);
+        }
         r?;
         self.tx.set(self.tx.get() + buf.len() as u64);
         Ok(())

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::addr::{set_nodelay, tcp_socket};
 use super::ops::{OpId, Relayed};
-use super::{Driver, Role};
+use super::{Backend, Driver, Role};
 
 /// A TCP socket registered with the shard's driver. Dropping it closes the
 /// socket (after its kernel operations are cancelled, on the ring).
@@ -134,6 +134,41 @@ impl Sock {
             }
         })
         .await
+    }
+
+    /// Lends received bytes, where the driver put them, to `f` (waiting,
+    /// up to the read timeout, for some): `f` may change them (decrypt in
+    /// place) and returns how many it consumed; the rest stays for the next
+    /// read or lend. On the ring that is the first queued provided buffer,
+    /// which goes back to the ring once used up. `f` runs inside the driver
+    /// and must not call into it. [`Lent::Copy`]: the driver has no buffer
+    /// of its own to lend (epoll, whose `recv` puts bytes straight into the
+    /// caller's buffer, or a ring socket reading past its dry buffer ring):
+    /// read with [`Sock::read`] instead.
+    pub async fn read_lent(&self, f: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<Lent> {
+        let mut deadline: Option<Option<Instant>> = None;
+        poll_fn(|cx| {
+            let d = &self.driver;
+            if let Some(r) = d.try_lend(self.token, &mut *f) {
+                if let Ok(Lent::Bytes(n)) = r {
+                    self.rx.set(self.rx.get() + n as u64);
+                }
+                return Poll::Ready(r);
+            }
+            let dl = *deadline.get_or_insert_with(|| self.read_deadline());
+            match d.wait_read(self.token, cx, dl) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// Whether [`Sock::read_lent`] can lend the driver's own buffers (the
+    /// ring): a reader completing a record that straddles two of them takes
+    /// only the bytes it needs, and lends the rest where it landed.
+    pub fn lends(&self) -> bool {
+        self.driver.kind() == super::Kind::Uring
     }
 
     /// Waits (up to the read timeout) until a read would complete at once:
@@ -263,6 +298,31 @@ impl Sock {
     pub fn shutdown_write(&self) {
         // SAFETY: fd is open.
         unsafe { libc::shutdown(self.fd, libc::SHUT_WR) };
+    }
+}
+
+/// What a [`Sock::read_lent`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lent {
+    /// The closure consumed that many of the bytes it was lent.
+    Bytes(usize),
+    /// The peer closed: nothing more will come.
+    Eof,
+    /// Nothing to lend: read into a buffer of the caller's.
+    Copy,
+}
+
+impl Driver {
+    /// Lends what `token` has received to `f`. `None`: nothing yet.
+    fn try_lend(
+        &self,
+        token: u32,
+        f: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Option<io::Result<Lent>> {
+        match &self.backend {
+            Backend::Uring(r) => r.try_lend(&mut self.st.borrow_mut(), token, f),
+            Backend::Epoll(_) => Some(Ok(Lent::Copy)),
+        }
     }
 }
 

@@ -141,4 +141,18 @@ impl BufRing {
             )
         }
     }
+
+    /// Where byte `from` of buffer `bid` lies, for a lend
+    /// ([`super::Ring::try_lend`]) that writes there: zgix owns a buffer
+    /// while it is queued on a socket, and the lend is its only user.
+    pub(super) fn at(&self, bid: u16, from: u32) -> *mut u8 {
+        debug_assert!(bid < self.entries && from <= self.size);
+        // SAFETY: the offset lies inside the buffer mapping (bid < entries,
+        // from <= size).
+        unsafe {
+            self.bufs
+                .ptr
+                .add(bid as usize * self.size as usize + from as usize)
+        }
+    }
 }

@@ -4,7 +4,9 @@
 //!
 //! The kernel owns a provided buffer from the moment it is in the ring until
 //! a receive completion hands it back with its id; zgix then owns it until
-//! its bytes are copied out, when it goes back to the ring. Each socket
+//! its bytes are copied out, or consumed where they are by a lend
+//! (`Ring::try_lend`: TLS decrypts records in place there), when it goes
+//! back to the ring. Each socket
 //! keeps the buffers it received in arrival order (a list threaded through
 //! [`Meta`]); a released socket gives its buffers back at once, and a
 //! completion for a socket that is gone gives its buffer back too, so no

@@ -9,6 +9,7 @@ use io_uring::{opcode, types};
 
 use super::super::addr::sockaddr;
 use super::super::ops::OpId;
+use super::super::sock::Lent;
 use super::super::{timed_out, Driver, Role, Slot, State, NO_BUF, WR};
 use super::{
     ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND,
@@ -76,25 +77,10 @@ impl Ring {
             let take = ((m.len - s.rq_off) as usize).min(buf.len() - n);
             buf[n..n + take].copy_from_slice(self.bufs.data(bid, s.rq_off, take as u32));
             n += take;
-            s.rq_off += take as u32;
-            if s.rq_off == m.len {
-                s.rq_head = m.next;
-                if s.rq_head == NO_BUF {
-                    s.rq_tail = NO_BUF;
-                }
-                s.rq_len -= 1;
-                s.rq_off = 0;
-                self.recycle(st, bid);
-            }
+            self.drop_head(st, token, take as u32);
         }
         let s = &mut st.slots[token as usize];
-        let u = s.be.u();
-        // A plain read ends bulk relaying: the next bytes are a head, or small.
-        u.rq_cap = RQ_MAX;
-        if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_MAX / 2 && !s.hup {
-            u.recv_paused = false;
-            self.arm_recv(s, token);
-        }
+        self.caught_up(s, token);
         if n > 0 || buf.is_empty() {
             return Some(Ok(n));
         }
@@ -130,6 +116,78 @@ impl Ring {
             });
         }
         None
+    }
+
+    /// Lends the unread bytes of the socket's first queued buffer, where
+    /// the kernel put them, to `f`, which returns how many it consumed:
+    /// those are dropped, the rest stays queued for the next read or lend,
+    /// and a buffer used up goes back to the ring. `f` runs with the slot
+    /// table borrowed and must not call into the driver. `None`: nothing
+    /// queued, not at EOF; [`Lent::Copy`]: the socket reads past the buffer
+    /// ring (it ran dry), so the caller reads into its own buffer.
+    pub(in crate::io) fn try_lend(
+        &self,
+        st: &mut State,
+        token: u32,
+        f: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Option<io::Result<Lent>> {
+        let s = &mut st.slots[token as usize];
+        let u = s.be.u();
+        if u.rq_head == NO_BUF {
+            if u.recv_starved && !s.hup {
+                return Some(Ok(Lent::Copy));
+            }
+            if s.hup {
+                return Some(if s.error != 0 {
+                    Err(io::Error::from_raw_os_error(s.error))
+                } else {
+                    Ok(Lent::Eof)
+                });
+            }
+            return None;
+        }
+        let bid = u.rq_head;
+        let m = self.meta.borrow()[bid as usize];
+        let len = (m.len - u.rq_off) as usize;
+        // SAFETY: bytes rq_off..len of buffer `bid` were written by the
+        // kernel before it completed the receive; zgix owns the buffer
+        // while it is queued here, and nothing else refers to it until it
+        // is recycled below, after `f` returns.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.bufs.at(bid, u.rq_off), len) };
+        let used = f(bytes).min(len);
+        self.drop_head(st, token, used as u32);
+        self.caught_up(&mut st.slots[token as usize], token);
+        Some(Ok(Lent::Bytes(used)))
+    }
+
+    /// Drops `n` bytes of the socket's first queued buffer (read or lent);
+    /// a buffer used up goes back to the ring.
+    fn drop_head(&self, st: &mut State, token: u32, n: u32) {
+        let u = st.slots[token as usize].be.u();
+        let bid = u.rq_head;
+        let m = self.meta.borrow()[bid as usize];
+        u.rq_off += n;
+        if u.rq_off == m.len {
+            u.rq_head = m.next;
+            if u.rq_head == NO_BUF {
+                u.rq_tail = NO_BUF;
+            }
+            u.rq_len -= 1;
+            u.rq_off = 0;
+            self.recycle(st, bid);
+        }
+    }
+
+    /// After a read or a lend: bulk relaying ends (the next bytes are a
+    /// head, or small), and a receive paused for a full queue resumes once
+    /// the reader has caught up.
+    fn caught_up(&self, s: &mut Slot, token: u32) {
+        let u = s.be.u();
+        u.rq_cap = RQ_MAX;
+        if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_MAX / 2 && !s.hup {
+            u.recv_paused = false;
+            self.arm_recv(s, token);
+        }
     }
 
     /// Whether a read would complete now (bytes queued, or EOF/error, or a
