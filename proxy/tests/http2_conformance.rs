@@ -191,6 +191,13 @@ fn frames(k: &Kit) -> Vec<Case> {
 
 /// §5 stream states, identifiers and extensions; §6.1–§6.4.
 fn states(k: &Kit) -> Vec<Case> {
+    let mut v = stream_states(k);
+    v.extend(frames_6_1_to_6_4(k));
+    v
+}
+
+/// §5: stream states, identifiers and extensions.
+fn stream_states(k: &Kit) -> Vec<Case> {
     let Kit {
         ping,
         fields_pseudo_after,
@@ -261,6 +268,19 @@ fn states(k: &Kit) -> Vec<Case> {
             ],
             Want::Conn(&[PROTOCOL_ERROR]),
         ),
+    ]
+}
+
+/// §6.1–§6.4: DATA, HEADERS, PRIORITY, RST_STREAM.
+fn frames_6_1_to_6_4(k: &Kit) -> Vec<Case> {
+    let Kit {
+        ping,
+        fields_pseudo_after,
+        big,
+        continuation,
+    } = k;
+    let _ = (ping, fields_pseudo_after, big, continuation);
+    vec![
         // §6.1 DATA.
         (
             "6.1/1 DATA on stream 0",
