@@ -52,28 +52,9 @@ for t in valgrind python3 redis-server; do
     command -v "$t" >/dev/null || { echo "callgrind-admission: $t is missing" >&2; exit 1; }
 done
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_line() { # file needle
-    for _ in $(seq 600); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "callgrind-admission: no \"$2\" in $1:" >&2
-    cat "$1" >&2
-    exit 1
-}
+bench_name=callgrind-admission
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
 
 cat >"$tmp/client.py" <<'PY'
 import socket, sys

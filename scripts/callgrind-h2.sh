@@ -57,21 +57,6 @@ bench_name=callgrind-h2
 # shellcheck source=lib/bench-common.sh
 . "$root/scripts/lib/bench-common.sh"
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# wait_ready LOG: up to 60 s (valgrind starts slowly) for zgix's ready line.
-wait_ready() {
-    local i
-    for i in $(seq 600); do
-        grep -q "ready (" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "callgrind-h2: zgix did not get ready; its log:" >&2
-    cat "$1" >&2
-    exit 1
-}
 
 oport="$(free_port)"
 "$bench_bin" origin --bind "127.0.0.1:$oport" --body-bytes 64 >"$tmp/origin.log" 2>&1 &
@@ -93,7 +78,7 @@ JSON
     (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
     vpid=$!
-    wait_ready "$dir/zgix.log"
+    wait_line "$dir/zgix.log" "ready ("
     local out ok
     out="$(h2load -n "$count" -c 4 -m 100 "http://127.0.0.1:$lport/" 2>&1)"
     ok="$(awk '/^status codes:/ {print $3}' <<<"$out")"

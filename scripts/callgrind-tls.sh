@@ -56,28 +56,9 @@ for t in valgrind python3 openssl; do
     command -v "$t" >/dev/null || { echo "callgrind-tls: $t is missing" >&2; exit 1; }
 done
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_line() { # file needle
-    for _ in $(seq 6000); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "callgrind-tls: no \"$2\" in $1:" >&2
-    cat "$1" >&2
-    exit 1
-}
+bench_name=callgrind-tls
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
     -subj /CN=bench.example -addext subjectAltName=DNS:bench.example \
@@ -126,7 +107,7 @@ for body in $bodies; do
     "$bench" origin --bind "127.0.0.1:${oport[$body]}" --body-bytes "$body" \
         >"$tmp/origin-$body.log" 2>&1 &
     pids+=($!)
-    wait_line "$tmp/origin-$body.log" "listening"
+    wait_line "$tmp/origin-$body.log" "listening" 600
 done
 
 wait_file() { # path
@@ -162,7 +143,7 @@ JSON
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
     local vpid=$!
     pids+=("$vpid")
-    wait_line "$dir/zgix.log" "ready ("
+    wait_line "$dir/zgix.log" "ready (" 600
     if [ "$driver" = uring ] && ! grep -q "shards, uring)" "$dir/zgix.log"; then
         echo "callgrind-tls: note: the shard runs on epoll under valgrind" >&2
     fi

@@ -27,6 +27,24 @@ release_bins() {
     bench_bin="${ZGIX_BENCH_BIN:-$target_dir/release/zgix-bench}"
 }
 
+# free_port: a TCP port on 127.0.0.1 that was free a moment ago.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_line FILE NEEDLE [SECONDS]: waits (default 60 s; valgrind starts
+# slowly) until FILE has a line with NEEDLE; else prints FILE and exits.
+wait_line() {
+    local i
+    for i in $(seq "$(( ${3:-60} * 10 ))"); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "$bench_name: no \"$2\" in $1:" >&2
+    cat "$1" >&2
+    exit 1
+}
+
 # stop_pid PID: TERM one process we started and wait for it.
 stop_pid() {
     local pid="$1" p keep=()
