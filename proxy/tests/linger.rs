@@ -1,4 +1,4 @@
-//! A closing connection has a total time limit: after an error answer zgix drains what the client still sends for at most its lingering time in all, however the client trickles bytes.
+//! Closing connections: after an error answer zgix drains what the client still sends for at most its lingering time in all, however the client trickles bytes; and an answer zgix closes after goes out, FIN and all, without the shard's park waiting for an event that will not come.
 
 mod support;
 
@@ -43,4 +43,33 @@ fn a_trickling_client_cannot_hold_a_closing_connection() {
     // The limit is 500 ms in all; the bound leaves room for a slow machine.
     assert!(closed < Duration::from_secs(3), "closed after {closed:?}");
     health_check(z.addr());
+}
+
+/// Every answer zgix closes after (HTTP/1.0, `Connection: close`, a 400
+/// refusal, the admin endpoint's) reaches the client
+/// with its FIN, and no park slept to the inline-send backstop for it
+/// (`zgix_io_backstop_parks_total` stays where it was). The driver test
+/// `an_answer_before_a_close_does_not_wait_for_the_backstop` shows the
+/// mechanism; this one guards the plaintext paths end to end.
+#[test]
+fn answers_before_zgix_closes_do_not_wait_for_the_backstop() {
+    let origin = Origin::start();
+    let cfg = Config::new(&[origin.addr()]).cpus(&[0]).admin();
+    let z = Zgix::start(&cfg);
+    let start = series(&metrics_after_tick(&z), "zgix_io_backstop_parks_total");
+    let requests: [&[u8]; 3] = [
+        b"GET /a HTTP/1.0\r\n\r\n",
+        b"GET /b HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n",
+    ];
+    for _ in 0..5 {
+        for r in requests {
+            // raw_request reads to EOF: zgix's FIN ends it.
+            let got = raw_request(z.addr(), r);
+            assert!(got.starts_with(b"HTTP/1."), "\"{}\"", escape(&got));
+        }
+    }
+    let m = metrics_after_tick(&z);
+    let parks = series(&m, "zgix_io_backstop_parks_total") - start;
+    assert_eq!(parks, 0.0, "parks slept to the backstop\n{m}");
 }

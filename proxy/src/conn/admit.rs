@@ -265,6 +265,9 @@ impl Conn {
         x.rec.decision = Decision::Filter(rule);
         x.rec.status = status;
         crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
+        if !keep {
+            self.client.closing();
+        }
         if self.client.write_all(&x.out).await.is_err() || !keep {
             return Next::Close;
         }

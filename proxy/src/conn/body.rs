@@ -353,6 +353,9 @@ impl Download<'_> {
             && !shard.closing.get()
             && self.resp.body != ResponseBody::CloseDelimited
             && !dechunk;
+        if !client_keep {
+            self.client.closing();
+        }
         {
             let base = &self.ubuf[*self.ustart..*self.uend];
             wire::write_response_head_via(

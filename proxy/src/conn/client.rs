@@ -190,6 +190,15 @@ impl ClientConn {
         }
     }
 
+    /// Says that the connection closes after what is written from now on
+    /// (see [`Sock::closing`]); call it before the last answer is written.
+    /// An HTTP/2 stream's end does not close its connection: a no-op there.
+    pub fn closing(&self) {
+        if let Inner::Net { sock, .. } = &self.inner {
+            sock.closing();
+        }
+    }
+
     /// Half-closes the sending side; TLS sends `close_notify` first
     /// (RFC 8446 §6.1: each party sends one before closing its write side);
     /// an HTTP/2 stream ends its response (or resets an unfinished one).
@@ -198,6 +207,7 @@ impl ClientConn {
             Inner::Net { sock, tls } => (sock, tls),
             Inner::H2(io) => return io.finish(),
         };
+        sock.closing();
         if let Some(t) = tls {
             t.stream.close(sock).await;
         }

@@ -185,16 +185,19 @@ pub async fn accept(
             match hello::inspect(&inbuf[..len]) {
                 Hello::Incomplete => {}
                 Hello::Plaintext => {
+                    sock.closing();
                     let _ = sock.write_all(PLAINTEXT_ANSWER).await;
                     return Err(Outcome::Plaintext);
                 }
                 Hello::Bad(why) => {
                     crate::log_debug!("tls", "bad ClientHello: {why}");
+                    sock.closing();
                     let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
                     return Err(Outcome::BadHello);
                 }
                 Hello::ClientHello { sni: name } => {
                     if tls.certs.refuses(name.as_deref()) {
+                        sock.closing();
                         let _ = sock.write_all(&hello::UNRECOGNIZED_NAME_ALERT).await;
                         return Err(Outcome::NoCert);
                     }
@@ -209,6 +212,10 @@ pub async fn accept(
             put_send_buffer(session.lend_output(take_send_buffer()));
             let r = session.read(&mut inbuf[..len], &mut |d| plain.extend_from_slice(d));
             let out = session.take_output();
+            if r.is_err() {
+                // The flight is the alert: the connection closes after it.
+                sock.closing();
+            }
             let failed = !out.is_empty() && sock.write_all(&out).await.is_err();
             put_send_buffer(out);
             if failed {
@@ -236,6 +243,7 @@ pub async fn accept(
             }
         }
         if len == inbuf.len() {
+            sock.closing();
             let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
             return Err(Outcome::BadHello);
         }

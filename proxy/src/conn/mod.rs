@@ -326,6 +326,7 @@ impl Conn {
         write_refusal(&mut x.out, status, retry_after, x.rec.request_id.as_bytes());
         crate::http::ratelimit::insert(&mut x.out, &x.rate_fields);
         self.shard.counters.response(self.li, status);
+        self.client.closing();
         let _ = self.client.write_all(&x.out).await;
     }
 
@@ -390,6 +391,7 @@ impl Conn {
         let mut out = Vec::new();
         write_refusal(&mut out, 503, None, b"");
         shard.counters.response(self.li, 503);
+        self.client.closing();
         let _ = self.client.write_all(&out).await;
         // The caller closes without `close_gracefully`, which would
         // try again: drain here so unread bytes do not reset the 503.

@@ -152,6 +152,10 @@ pub struct Options {
     pub recv_buffer_bytes: u32,
     /// Completion queue entries (uring); the SQ is a quarter of it.
     pub cq_entries: u32,
+    /// The longest a park that counted inline sends sleeps (uring;
+    /// [`uring::INLINE_PARK_MAX`]). Tests raise it out of reach to show
+    /// that no path depends on it.
+    pub inline_backstop: Duration,
 }
 
 impl Options {
@@ -162,6 +166,7 @@ impl Options {
             recv_buffers: zgix_config::DEFAULT_RECV_BUFFERS,
             recv_buffer_bytes: zgix_config::DEFAULT_RECV_BUFFER_BYTES,
             cq_entries: 4096,
+            inline_backstop: uring::INLINE_PARK_MAX,
         }
     }
 }
@@ -185,6 +190,10 @@ pub struct DriverStats {
     /// Sends that waited in the kernel for room because the socket was full
     /// (the inline attempt got `EAGAIN`, or the previous send was short).
     pub sends_waited: Cell<u64>,
+    /// Parks (uring) that counted inline sends and slept until the
+    /// backstop ([`Options::inline_backstop`]) with no other event: an
+    /// inline send came back short, or one before a close was counted.
+    pub backstop_parks: Cell<u64>,
     /// Relayed sends (uring: received buffers sent on without a copy) and
     /// the bytes they carried.
     pub relayed_sends: Cell<u64>,

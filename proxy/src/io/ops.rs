@@ -266,6 +266,14 @@ impl Driver {
         }
     }
 
+    /// Marks `token` as closing after what it sends now (uring: its
+    /// inline sends stop counting in the park's wait); nothing on epoll.
+    pub(super) fn set_closing(&self, token: u32) {
+        if let Backend::Uring(_) = &self.backend {
+            uring::Ring::set_closing(&mut self.st.borrow_mut().slots[token as usize]);
+        }
+    }
+
     /// Whether `token`'s held-off receive ended with nothing queued (epoll: always).
     pub(super) fn receive_idle(&self, token: u32) -> bool {
         let mut st = self.st.borrow_mut();

@@ -249,6 +249,15 @@ impl Sock {
         self.driver.hold_receiving(self.token, on);
     }
 
+    /// Says that this socket is closed after what is written from now on
+    /// (a last answer, a refusal, `close_notify`), before it is written: on
+    /// the ring those sends do not hold the shard's park for an event that
+    /// will not come (the peer waits for the FIN). Call it before the last
+    /// write, not after. A no-op on epoll.
+    pub fn closing(&self) {
+        self.driver.set_closing(self.token);
+    }
+
     /// Whether a held-off receive has stopped with nothing left queued
     /// (always on epoll): from now on only splices read the socket.
     pub fn receive_idle(&self) -> bool {

@@ -297,6 +297,45 @@ fn a_park_submits_the_reply_and_sleeps_until_the_next_request() {
     });
 }
 
+/// An answer the shard closes after ([`Sock::closing`] first) reaches the
+/// peer, FIN and all, without the park sleeping to the inline-send
+/// backstop: it did not count the last send as riding on an event that
+/// will not come (the peer waits for the FIN). The same exchange without
+/// `closing` sleeps until the backstop, and that park is counted.
+#[test]
+fn an_answer_before_a_close_does_not_wait_for_the_backstop() {
+    for marked in [true, false] {
+        let mut o = Options::new(Kind::Uring);
+        o.inline_backstop = Duration::from_millis(50);
+        on_driver(o, move |d| async move {
+            let (s, mut peer) = pair(&d).await;
+            let t = std::thread::spawn(move || {
+                peer.write_all(b"q").unwrap();
+                let mut got = Vec::new();
+                peer.read_to_end(&mut got).unwrap();
+                got
+            });
+            let mut b = [0u8; 1];
+            assert_eq!(s.read(&mut b).await.unwrap(), 1);
+            if marked {
+                s.closing();
+            }
+            let sent = d
+                .timeout(Duration::from_secs(20), s.write_all(b"answer"))
+                .await;
+            assert!(sent.is_some(), "marked {marked}: the last send waited");
+            s.shutdown_write();
+            assert_eq!(t.join().unwrap(), b"answer");
+            assert_eq!(
+                d.stats.backstop_parks.get() > 0,
+                !marked,
+                "marked {marked}: {} parks slept to the backstop",
+                d.stats.backstop_parks.get()
+            );
+        });
+    }
+}
+
 #[test]
 fn a_send_that_finds_the_socket_full_waits_for_room_and_loses_nothing() {
     for kind in kinds() {

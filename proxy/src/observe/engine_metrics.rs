@@ -32,6 +32,7 @@ pub struct EngineCounters {
     pub recv_paused: AtomicU64,
     pub cq_overflows: AtomicU64,
     pub sends_waited: AtomicU64,
+    pub backstop_parks: AtomicU64,
     pub buffers_held: AtomicU64,
     /// Body and tunnel bytes on the bulk path (`conn/bulk.rs`).
     pub relayed_bytes: AtomicU64,
@@ -140,6 +141,12 @@ pub fn render<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounter
         "zgix_io_sends_waited_total",
         "Sends that found the socket's buffer full and waited for room (uring).",
         sum(&|s| s.sends_waited.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_backstop_parks_total",
+        "Parks that slept until the 1 ms inline-send backstop with no other event (uring).",
+        sum(&|s| s.backstop_parks.load(Ordering::Relaxed)),
     );
     render_bulk(o, shards.clone());
     gauge(

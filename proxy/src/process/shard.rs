@@ -50,6 +50,14 @@ pub fn driver_options(rt: &Runtime, shards: usize) -> crate::io::Options {
     // Two multishot receives per proxied connection (client, upstream) may
     // each have a completion waiting, plus the accepts.
     o.cq_entries = (per_shard.saturating_mul(2)).clamp(1024, 1 << 16) as u32;
+    // A diagnostic knob, not config: raised out of reach (the end-to-end
+    // tests do), it shows whether any answer waits on the backstop.
+    if let Some(ms) = std::env::var("ZGIX_INLINE_BACKSTOP_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        o.inline_backstop = Duration::from_millis(ms);
+    }
     o
 }
 
@@ -611,6 +619,8 @@ fn publish_driver(e: &EngineCounters, d: &Driver) {
         .store(s.cq_overflows.get(), Ordering::Relaxed);
     e.sends_waited
         .store(s.sends_waited.get(), Ordering::Relaxed);
+    e.backstop_parks
+        .store(s.backstop_parks.get(), Ordering::Relaxed);
     e.buffers_held
         .store(d.buffers_held() as u64, Ordering::Relaxed);
     e.relayed_bytes

@@ -135,6 +135,7 @@ impl UpConn {
 
     /// Ends the sending side (TLS: `close_notify` first).
     pub async fn shutdown(&self) {
+        self.sock().closing();
         if let UpConn::Tls(s, t) = self {
             t.close(s).await;
         }

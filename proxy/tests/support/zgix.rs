@@ -452,6 +452,28 @@ pub fn metrics_text(zgix: &Zgix) -> String {
     String::from_utf8(resp.body).expect("/metrics is UTF-8")
 }
 
+/// `/metrics` once the shard tick that copies the driver counters has run
+/// since the call (`zgix_io_enters_total` moved past its value then): the
+/// driver's figures include everything done before it. Meant for a
+/// single-shard zgix (each shard ticks on its own).
+#[track_caller]
+pub fn metrics_after_tick(zgix: &Zgix) -> String {
+    let before = series(&metrics_text(zgix), "zgix_io_enters_total");
+    let deadline = std::time::Instant::now() + super::IO_TIMEOUT;
+    loop {
+        let m = metrics_text(zgix);
+        if series(&m, "zgix_io_enters_total") > before {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no shard tick in {:?}",
+            super::IO_TIMEOUT
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The value of the series `key` (name and labels, exactly) in `text`.
 #[track_caller]
 pub fn series(text: &str, key: &str) -> f64 {

@@ -190,6 +190,7 @@ impl Conn {
             Some(Ok(conn)) => conn,
             Some(Err(e)) if !e.is_io() => {
                 c.h2_refused[Refusal::BadPreface as usize].inc();
+                client.closing();
                 let _ = client.write_all(&frames::GOAWAY_PROTOCOL_ERROR).await;
                 return;
             }

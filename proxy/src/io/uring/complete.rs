@@ -6,8 +6,8 @@ use io_uring::{cqueue, types};
 
 use super::super::{Driver, State, Turn, NO_BUF};
 use super::{
-    ud_parts, Meta, Op, Ring, INLINE_PARK_MAX, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV,
-    K_SEND, K_SPLICE_IN, K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
+    ud_parts, Meta, Op, Ring, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV, K_SEND, K_SPLICE_IN,
+    K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
 };
 
 impl Ring {
@@ -51,11 +51,21 @@ impl Ring {
             if (sq_len > 0 && !defer) || taskrun || overflow || must_wait {
                 d.stats.enters.set(d.stats.enters.get() + 1);
                 self.deferred.set(0);
+                // With inline sends counted, the park waits for them and one
+                // more event, but no longer than the backstop.
+                let counted = match how {
+                    Turn::Park(_) => self.inline_sends.get().min(MAX_INLINE_COUNTED),
+                    _ => 0,
+                };
+                let want = 1 + counted as usize;
+                let mut backstop = false;
                 let r = match wait {
                     Some(t) if must_wait => {
-                        let t = match how {
-                            Turn::Park(_) if self.inline_sends.get() > 0 => t.min(INLINE_PARK_MAX),
-                            _ => t,
+                        let t = if counted > 0 && t > self.backstop {
+                            backstop = true;
+                            self.backstop
+                        } else {
+                            t
                         };
                         let ts = types::Timespec::new()
                             .sec(t.as_secs())
@@ -64,15 +74,23 @@ impl Ring {
                         // If the kernel takes fewer entries than queued it
                         // returns without waiting, so an inline send it did
                         // not take is never counted as completed.
-                        let want = match how {
-                            Turn::Park(_) => 1 + self.inline_sends.get().min(MAX_INLINE_COUNTED),
-                            _ => 1,
-                        };
-                        ring.submitter().submit_with_args(want as usize, &args)
+                        ring.submitter().submit_with_args(want, &args)
                     }
                     _ => ring.submitter().submit_and_wait(0),
                 };
                 self.inline_sends.set(0);
+                // Took every entry, yet fewer completions than waited for:
+                // the park slept to its backstop, an inline send it counted
+                // followed by no other event. (An enter that submits returns
+                // the count it took, not ETIME, when its wait times out.)
+                if backstop && matches!(r, Ok(n) if n == sq_len) {
+                    let mut cq = ring.completion();
+                    cq.sync();
+                    if cq.len() < want {
+                        let c = &d.stats.backstop_parks;
+                        c.set(c.get() + 1);
+                    }
+                }
                 if let Err(e) = r {
                     match e.raw_os_error() {
                         Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)

@@ -99,8 +99,9 @@ pub(in crate::io) const INLINE_SEND_MAX: usize = 16 * 1024;
 
 /// How long a park that counted inline sends sleeps at most: the backstop
 /// for an inline send that still came back short (a peer that stopped
-/// reading), whose rest is sent at the next turn.
-pub(in crate::io) const INLINE_PARK_MAX: Duration = Duration::from_millis(1);
+/// reading), whose rest is sent at the next turn. The default of
+/// [`Options::inline_backstop`].
+pub const INLINE_PARK_MAX: Duration = Duration::from_millis(1);
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
@@ -198,6 +199,10 @@ pub(in crate::io) struct USock {
     rsplice_abandoned: bool,
     /// The receive is held off for splicing: nothing re-arms it until resumed.
     recv_hold: bool,
+    /// Its owner closes it after what it sends now ([`Ring::set_closing`]):
+    /// no event from the peer follows these sends, so a park does not count
+    /// them as riding on the next one.
+    closing: bool,
     /// Unread buffers at which this socket's receive is paused: [`RQ_MAX`],
     /// or [`RQ_BULK`] while its bytes are relayed.
     rq_cap: u16,
@@ -240,6 +245,7 @@ impl USock {
             rsplice_seq: 0,
             rsplice_abandoned: false,
             recv_hold: false,
+            closing: false,
             rq_cap: RQ_MAX,
             addr: None,
             ops: 0,
@@ -270,6 +276,8 @@ pub struct Ring {
     inline_sends: Cell<u32>,
     /// Lazy turns since the last enter.
     deferred: Cell<u32>,
+    /// The longest park while inline sends are counted ([`Options::inline_backstop`]).
+    backstop: Duration,
     /// The eventfd the main thread writes to wake this shard, and the
     /// 8 bytes the armed read of it fills.
     evfd: RawFd,
@@ -326,6 +334,7 @@ impl Ring {
             backlog: RefCell::new(Vec::new()),
             inline_sends: Cell::new(0),
             deferred: Cell::new(0),
+            backstop: opts.inline_backstop,
             evfd,
             wake_buf: Box::new(Cell::new(0)),
             #[cfg(debug_assertions)]

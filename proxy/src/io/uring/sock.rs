@@ -410,9 +410,20 @@ impl Ring {
         u.send_inline = inline;
         u.op = Op::InFlight;
         u.ops += 1;
-        if self.push(&e) && inline {
+        // A send before zgix's own close is followed by nothing from the
+        // peer: counted, it would hold the park until the backstop.
+        let counted = inline && !u.closing;
+        if self.push(&e) && counted {
             self.inline_sends.set(self.inline_sends.get() + 1);
         }
+    }
+
+    /// Marks the socket as closing after what it sends from now on (the
+    /// last answer, a refusal, `close_notify`): its inline sends still go
+    /// out within the enter that submits them, but a park no longer waits
+    /// for one more event on their account.
+    pub(in crate::io) fn set_closing(s: &mut Slot) {
+        s.be.u().closing = true;
     }
 
     /// The watchdog found the listener's accept lost: its accepts are

@@ -149,6 +149,8 @@ async fn handle(shard: Rc<Shard>, s: Sock, peer: SocketAddr) {
     };
     let parsed = end > 0 && matches!(reply.status, 200..=399 | 401..=405 | 409 | 413 | 503);
     let bytes = response(&reply);
+    // One request a connection: it closes after the answer.
+    s.closing();
     let written = s.write_all(&bytes).await.is_ok();
     if let Some(log) = &shard.access_log {
         record.status = reply.status;
