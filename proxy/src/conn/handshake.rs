@@ -185,20 +185,17 @@ pub async fn accept(
             match hello::inspect(&inbuf[..len]) {
                 Hello::Incomplete => {}
                 Hello::Plaintext => {
-                    sock.closing();
-                    let _ = sock.write_all(PLAINTEXT_ANSWER).await;
+                    refuse(sock, PLAINTEXT_ANSWER).await;
                     return Err(Outcome::Plaintext);
                 }
                 Hello::Bad(why) => {
                     crate::log_debug!("tls", "bad ClientHello: {why}");
-                    sock.closing();
-                    let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
+                    refuse(sock, &hello::DECODE_ERROR_ALERT).await;
                     return Err(Outcome::BadHello);
                 }
                 Hello::ClientHello { sni: name } => {
                     if tls.certs.refuses(name.as_deref()) {
-                        sock.closing();
-                        let _ = sock.write_all(&hello::UNRECOGNIZED_NAME_ALERT).await;
+                        refuse(sock, &hello::UNRECOGNIZED_NAME_ALERT).await;
                         return Err(Outcome::NoCert);
                     }
                     sni = name;
@@ -243,8 +240,7 @@ pub async fn accept(
             }
         }
         if len == inbuf.len() {
-            sock.closing();
-            let _ = sock.write_all(&hello::DECODE_ERROR_ALERT).await;
+            refuse(sock, &hello::DECODE_ERROR_ALERT).await;
             return Err(Outcome::BadHello);
         }
         match sock.read(&mut inbuf[len..]).await {
@@ -359,4 +355,11 @@ pub fn load_all(config: &zgix_config::Config) -> Result<LoadedTls, Vec<String>> 
     } else {
         Err(errors)
     }
+}
+
+/// Writes a refusal (an alert, the plaintext answer) on a connection that
+/// closes after it: marked closing first, so the park does not wait on it.
+async fn refuse(sock: &Sock, bytes: &[u8]) {
+    sock.closing();
+    let _ = sock.write_all(bytes).await;
 }

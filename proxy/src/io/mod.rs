@@ -153,8 +153,9 @@ pub struct Options {
     /// Completion queue entries (uring); the SQ is a quarter of it.
     pub cq_entries: u32,
     /// The longest a park that counted inline sends sleeps (uring;
-    /// [`uring::INLINE_PARK_MAX`]). Tests raise it out of reach to show
-    /// that no path depends on it.
+    /// [`uring::INLINE_PARK_MAX`]); the driver tests shorten or lengthen it
+    /// to tell a park that slept to it from one that did not, and
+    /// `ZGIX_INLINE_BACKSTOP_MS` sets it for diagnosis.
     pub inline_backstop: Duration,
 }
 
