@@ -640,3 +640,45 @@ fn keep_alive_https_requests_allocate_only_rustls_own_per_record_with_64_b_and_1
     }
     assert_eq!(o.accepted(), 1, "one pooled upstream connection");
 }
+
+/// The TLS answers zgix closes after (`Connection: close` over HTTP/1.1, an
+/// HTTP/2 connection the client ends, a handshake the client closes at once)
+/// go out with their close_notify and FIN, and no park on the shard slept to
+/// the inline-send backstop for them (`zgix_io_backstop_parks_total` stays
+/// where it was). Before the sockets were marked closing, each of these
+/// held the uring shard for up to 1 ms (issue 19's close stall).
+#[test]
+fn tls_answers_before_zgix_closes_do_not_wait_for_the_backstop() {
+    let certs = Certs::new("backstop");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(
+        &config(o.addr(), &tls_block(std::slice::from_ref(&site), ""), "").replacen(
+            r#""cpus": [0, 1]"#,
+            r#""cpus": [0]"#,
+            1,
+        ),
+    );
+    let start = series(
+        &support::metrics_after_tick(&z),
+        "zgix_io_backstop_parks_total",
+    );
+    for i in 0..5 {
+        let path = format!("/close{i}");
+        let code = curl_with(
+            z.addr(),
+            "site.example",
+            &site.0,
+            &path,
+            &["--http1.1", "-H", "Connection: close"],
+        );
+        assert_eq!(code, 200, "{path}");
+        let code = curl_with(z.addr(), "site.example", &site.0, "/h2", &["--http2"]);
+        assert_eq!(code, 200, "h2");
+        let out = s_client(z.addr(), &["-servername", "site.example", "-tls1_3"]);
+        assert!(out.contains("HTTP/1.1 200"), "{out}");
+    }
+    let m = support::metrics_after_tick(&z);
+    let parks = series(&m, "zgix_io_backstop_parks_total") - start;
+    assert_eq!(parks, 0.0, "parks slept to the backstop\n{m}");
+}
