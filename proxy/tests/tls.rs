@@ -270,6 +270,42 @@ fn openssl_sees_alpn_refuses_tls11_and_resumes_across_shards() {
     );
 }
 
+/// A client whose ALPN offer names none of the listener's protocols
+/// (`curl --http1.0` offers only `http/1.0`) is served without ALPN, as
+/// nginx and HAProxy serve it, instead of failing the handshake with
+/// `no_application_protocol`; an offer with one common name still gets it.
+#[test]
+fn a_client_offering_only_alpn_names_zgix_does_not_speak_is_served_without_alpn() {
+    let certs = Certs::new("alpn10");
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(std::slice::from_ref(&site), ""),
+        "",
+    ));
+    let (code, err) = curl_run(z.addr(), "site.example", &site.0, "/ten", &["--http1.0"]);
+    assert_eq!(code, 200, "{err}");
+    let out = s_client(
+        z.addr(),
+        &["-servername", "site.example", "-alpn", "http/1.0,spdy/3"],
+    );
+    assert!(out.contains("No ALPN negotiated"), "{out}");
+    assert!(out.contains("HTTP/1.1 200 "), "{out}");
+    let out = s_client(
+        z.addr(),
+        &["-servername", "site.example", "-alpn", "http/1.0,http/1.1"],
+    );
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    let heads: Vec<String> = o
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.head).into_owned())
+        .collect();
+    assert_eq!(heads.len(), 3, "{heads:?}");
+    assert!(heads[0].starts_with("GET /ten HTTP/1.1\r\n"), "{heads:?}");
+}
+
 #[test]
 fn plaintext_http_on_the_tls_port_gets_400_in_cleartext() {
     let certs = Certs::new("plain");

@@ -8,6 +8,8 @@ pub const MAX_HELLO: usize = 16 * 1024;
 /// The record layer's content type of a handshake (RFC 8446 §5.1).
 const HANDSHAKE: u8 = 22;
 const CLIENT_HELLO: u8 = 1;
+/// The extension type of `application_layer_protocol_negotiation` (RFC 7301 §3.1).
+const ALPN: usize = 16;
 /// A plaintext record carries at most 2^14 bytes (RFC 8446 §5.1).
 const MAX_RECORD: usize = 1 << 14;
 
@@ -16,16 +18,22 @@ const MAX_RECORD: usize = 1 << 14;
 pub enum Hello {
     /// More bytes are needed to tell.
     Incomplete,
-    /// A ClientHello, with its SNI lower-cased (without a trailing dot).
-    ClientHello { sni: Option<String> },
+    /// A ClientHello, with its SNI lower-cased (without a trailing dot), and
+    /// whether its ALPN offer (RFC 7301 §3.1) names none of the listener's
+    /// protocols (false when it offers none).
+    ClientHello {
+        sni: Option<String>,
+        alpn_disjoint: bool,
+    },
     /// Looks like a plaintext HTTP request (an upper-case token then a space).
     Plaintext,
     /// Neither: the reason, for the debug log.
     Bad(&'static str),
 }
 
-/// Looks at the first bytes received on a TLS listener.
-pub fn inspect(data: &[u8]) -> Hello {
+/// Looks at the first bytes received on a TLS listener whose ALPN list is
+/// `ours`.
+pub fn inspect(data: &[u8], ours: &[Vec<u8>]) -> Hello {
     let Some(&first) = data.first() else {
         return Hello::Incomplete;
     };
@@ -73,8 +81,8 @@ pub fn inspect(data: &[u8]) -> Hello {
                 return Hello::Bad("a ClientHello longer than zgix reads");
             }
             if msg.len() >= want {
-                return match parse_client_hello(&msg[4..want]) {
-                    Some(sni) => Hello::ClientHello { sni },
+                return match parse_client_hello(&msg[4..want], ours) {
+                    Some((sni, alpn_disjoint)) => Hello::ClientHello { sni, alpn_disjoint },
                     None => Hello::Bad("a malformed ClientHello"),
                 };
             }
@@ -121,9 +129,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The SNI of a ClientHello body (after the 4-byte handshake header);
-/// `None` when it is malformed, `Some(None)` when it names no host.
-fn parse_client_hello(body: &[u8]) -> Option<Option<String>> {
+/// The SNI of a ClientHello body (after the 4-byte handshake header), and
+/// whether it offers ALPN names none of which is in `ours`; `None` when it
+/// is malformed, a `None` SNI when it names no host.
+fn parse_client_hello(body: &[u8], ours: &[Vec<u8>]) -> Option<(Option<String>, bool)> {
     let mut r = Reader(body);
     r.take(2)?; // legacy_version
     r.take(32)?; // random
@@ -138,17 +147,28 @@ fn parse_client_hello(body: &[u8]) -> Option<Option<String>> {
         return None; // legacy_compression_methods<1..2^8-1>
     }
     if r.0.is_empty() {
-        return Some(None); // no extensions (a TLS 1.2-only client may omit them)
+        return Some((None, false)); // no extensions (a TLS 1.2-only client may omit them)
     }
     let mut exts = Reader(r.vec16()?);
     if !r.0.is_empty() {
         return None;
     }
     let mut sni = None;
+    let mut alpn_disjoint = false;
     while !exts.0.is_empty() {
         let kind = exts.u16()?;
         let data = exts.vec16()?;
-        if kind == 0 {
+        if kind == ALPN {
+            // ProtocolNameList: protocol_name_list<2..2^16-1> of opaque
+            // ProtocolName<1..2^8-1> (RFC 7301 §3.1). A malformed list is
+            // left to rustls, which refuses it with decode_error.
+            let mut list = Reader(Reader(data).vec16()?);
+            let mut common = false;
+            while let Some(name) = list.vec8() {
+                common |= ours.iter().any(|o| o.as_slice() == name);
+            }
+            alpn_disjoint = !common;
+        } else if kind == 0 {
             if sni.is_some() {
                 return None; // one extension of a type (RFC 8446 §4.2)
             }
@@ -166,7 +186,7 @@ fn parse_client_hello(body: &[u8]) -> Option<Option<String>> {
             }
         }
     }
-    Some(sni)
+    Some((sni, alpn_disjoint))
 }
 
 /// A fatal `unrecognized_name` alert (RFC 8446 §6: level 2, description
@@ -181,8 +201,19 @@ pub const DECODE_ERROR_ALERT: [u8; 7] = [21, 3, 3, 0, 2, 2, 50];
 mod tests {
     use super::*;
 
+    const OURS: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+    fn ours() -> Vec<Vec<u8>> {
+        OURS.iter().map(|p| p.to_vec()).collect()
+    }
+
     /// A ClientHello record made by rustls' own client for `sni`.
     fn real_hello(sni: &str) -> Vec<u8> {
+        hello_offering(sni, &[])
+    }
+
+    /// [`real_hello`] offering the ALPN names `alpn`.
+    fn hello_offering(sni: &str, alpn: &[&[u8]]) -> Vec<u8> {
         let mut roots = rustls::RootCertStore::empty();
         let p = crate::testkeys::ecdsa(&[sni]);
         for c in crate::certs::read_chain(&p.cert).unwrap() {
@@ -195,6 +226,8 @@ mod tests {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+        let mut cfg = cfg;
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let mut c = rustls::ClientConnection::new(
             std::sync::Arc::new(cfg),
             sni.to_string().try_into().unwrap(),
@@ -209,13 +242,18 @@ mod tests {
     fn a_real_client_hello_gives_its_sni_whole_and_byte_by_byte() {
         let h = real_hello("Site.Example");
         assert_eq!(
-            inspect(&h),
+            inspect(&h, &ours()),
             Hello::ClientHello {
-                sni: Some("site.example".into())
+                sni: Some("site.example".into()),
+                alpn_disjoint: false
             }
         );
         for n in 0..h.len() {
-            assert_eq!(inspect(&h[..n]), Hello::Incomplete, "prefix of {n}");
+            assert_eq!(
+                inspect(&h[..n], &ours()),
+                Hello::Incomplete,
+                "prefix of {n}"
+            );
         }
     }
 
@@ -231,27 +269,47 @@ mod tests {
             two.extend_from_slice(part);
         }
         assert_eq!(
-            inspect(&two),
+            inspect(&two, &ours()),
             Hello::ClientHello {
-                sni: Some("a.example".into())
+                sni: Some("a.example".into()),
+                alpn_disjoint: false
             }
         );
     }
 
     #[test]
+    fn an_alpn_offer_with_no_name_of_ours_is_told_from_one_with_a_common_name() {
+        let disjoint = |alpn: &[&[u8]]| match inspect(&hello_offering("a.example", alpn), &ours()) {
+            Hello::ClientHello { alpn_disjoint, .. } => alpn_disjoint,
+            other => panic!("{other:?}"),
+        };
+        assert!(disjoint(&[b"http/1.0"]));
+        assert!(disjoint(&[b"spdy/3", b"http/1.0"]));
+        assert!(!disjoint(&[b"http/1.0", b"http/1.1"]));
+        assert!(!disjoint(&[b"h2"]));
+        assert!(!disjoint(&[]), "no ALPN offered is not a disjoint offer");
+    }
+
+    #[test]
     fn plaintext_http_garbage_and_oversized_hellos_are_told_apart() {
-        assert_eq!(inspect(b"GET / HTTP/1.1\r\n"), Hello::Plaintext);
-        assert_eq!(inspect(b"OPTIONS * HTTP/1.1\r\n"), Hello::Plaintext);
-        assert_eq!(inspect(b"GE"), Hello::Incomplete);
-        assert_eq!(inspect(b"\x00"), Hello::Bad("not a TLS handshake record"));
+        assert_eq!(inspect(b"GET / HTTP/1.1\r\n", &ours()), Hello::Plaintext);
         assert_eq!(
-            inspect(b"\x16\x03\x01\x00\x00"),
+            inspect(b"OPTIONS * HTTP/1.1\r\n", &ours()),
+            Hello::Plaintext
+        );
+        assert_eq!(inspect(b"GE", &ours()), Hello::Incomplete);
+        assert_eq!(
+            inspect(b"\x00", &ours()),
+            Hello::Bad("not a TLS handshake record")
+        );
+        assert_eq!(
+            inspect(b"\x16\x03\x01\x00\x00", &ours()),
             Hello::Bad("a record length out of range")
         );
         let mut big = vec![22, 3, 1, 0x40, 0x00, 1, 0x00, 0xff, 0xfc];
         big.resize(5 + 0x4000, 0);
         assert_eq!(
-            inspect(&big),
+            inspect(&big, &ours()),
             Hello::Bad("a ClientHello longer than zgix reads")
         );
         let mut garbled = real_hello("a.example");
@@ -260,6 +318,9 @@ mod tests {
         garbled[3..5].copy_from_slice(&n.to_be_bytes());
         let m = (garbled.len() - 9) as u32;
         garbled[6..9].copy_from_slice(&m.to_be_bytes()[1..]);
-        assert_eq!(inspect(&garbled), Hello::Bad("a malformed ClientHello"));
+        assert_eq!(
+            inspect(&garbled, &ours()),
+            Hello::Bad("a malformed ClientHello")
+        );
     }
 }

@@ -15,6 +15,13 @@ use crate::io::{put_send_buffer, take_record_buffer, take_send_buffer};
 /// A TLS listener's runtime: its rustls configuration and certificates.
 pub struct TlsListener {
     pub config: Arc<zgix_tls::ServerConfig>,
+    /// The same without ALPN, for a client whose ALPN offer names none of
+    /// `alpn` (`curl --http1.0` offers only `http/1.0`): the handshake goes
+    /// on without ALPN and the connection speaks HTTP/1.x, as with nginx and
+    /// HAProxy, instead of failing with `no_application_protocol`.
+    pub config_without_alpn: Arc<zgix_tls::ServerConfig>,
+    /// `tls.alpn`, as the ClientHello's offer is compared with it.
+    pub alpn: Vec<Vec<u8>>,
     pub certs: Arc<CertStore>,
     pub handshake_timeout: Duration,
     /// Each certificate's first name and `notAfter` (for the expiry gauge).
@@ -89,7 +96,7 @@ impl TlsListener {
             return Err(errors);
         };
         let certs = Arc::new(store);
-        let spec = TlsSpec {
+        let mut spec = TlsSpec {
             certs: certs.clone(),
             min_version: match t.min_version {
                 TlsVersion::Tls12 => MinVersion::Tls12,
@@ -99,9 +106,14 @@ impl TlsListener {
             tickets,
         };
         let config = zgix_tls::server::config(&spec).map_err(|e| vec![(path.to_string(), e)])?;
+        let alpn = std::mem::take(&mut spec.alpn);
+        let config_without_alpn =
+            zgix_tls::server::config(&spec).map_err(|e| vec![(path.to_string(), e)])?;
         Ok((
             TlsListener {
                 config,
+                config_without_alpn,
+                alpn,
                 certs,
                 handshake_timeout: Duration::from_millis(t.handshake_timeout_ms),
                 expiry: loaded
@@ -182,7 +194,7 @@ pub async fn accept(
     let mut inspected = false;
     loop {
         if !inspected && len > 0 {
-            match hello::inspect(&inbuf[..len]) {
+            match hello::inspect(&inbuf[..len], &tls.alpn) {
                 Hello::Incomplete => {}
                 Hello::Plaintext => {
                     refuse(sock, PLAINTEXT_ANSWER).await;
@@ -193,10 +205,21 @@ pub async fn accept(
                     refuse(sock, &hello::DECODE_ERROR_ALERT).await;
                     return Err(Outcome::BadHello);
                 }
-                Hello::ClientHello { sni: name } => {
+                Hello::ClientHello {
+                    sni: name,
+                    alpn_disjoint,
+                } => {
                     if tls.certs.refuses(name.as_deref()) {
                         refuse(sock, &hello::UNRECOGNIZED_NAME_ALERT).await;
                         return Err(Outcome::NoCert);
+                    }
+                    if alpn_disjoint {
+                        // rustls has read nothing yet: start it over on
+                        // the configuration that does not negotiate ALPN.
+                        session = match Session::new(tls.config_without_alpn.clone()) {
+                            Ok(s) => s,
+                            Err(_) => return Err(Outcome::Alert),
+                        };
                     }
                     sni = name;
                     inspected = true;
