@@ -236,8 +236,12 @@ pub async fn accept(
                 // The flight is the alert: the connection closes after it.
                 sock.closing();
             }
-            let failed = !out.is_empty() && sock.write_all(&out).await.is_err();
-            put_send_buffer(out);
+            let failed = if out.is_empty() {
+                put_send_buffer(out);
+                false
+            } else {
+                sock.write_all_owned(out).await.is_err()
+            };
             if failed {
                 return Err(Outcome::Alert);
             }

@@ -180,6 +180,32 @@ impl Driver {
         }
     }
 
+    /// Sends all of the buffer in `owned` on `token` (uring only: the ring
+    /// takes the buffer at the start and gives it to the send-buffer pool
+    /// at the completion); the count of the last piece the kernel took.
+    pub(super) fn poll_write_owned(
+        &self,
+        token: u32,
+        op: &mut OpId,
+        owned: &std::cell::Cell<Option<Vec<u8>>>,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r.poll_op(
+                self,
+                &mut st,
+                token,
+                op,
+                uring::What::SendOwned(owned),
+                deadline,
+                cx,
+            ),
+            Backend::Epoll(_) => unreachable!("epoll sends from the caller's slice"),
+        }
+    }
+
     /// Starts (first call) or polls a relayed send on `dst` of the whole
     /// buffers queued on `src` (at most `max` bytes); epoll: always
     /// [`Relayed::Copy`].

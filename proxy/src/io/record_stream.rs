@@ -291,28 +291,28 @@ impl<S: Side> RecordStream<S> {
 
     /// Encrypts and sends all of `buf`.
     pub async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
-        let long = buf.len() > SMALL_WRITE;
-        let out = {
-            let mut s = self.session.borrow_mut();
-            if long {
-                let mut out = take_send_buffer();
-                if let Err(e) = s.write_into(buf, &mut out) {
-                    put_send_buffer(out);
-                    return Err(invalid(e));
-                }
-                out
-            } else {
+        if buf.len() > SMALL_WRITE {
+            // Encrypted into a pooled send buffer that is then handed to
+            // the driver whole: the ring sends it without a copy.
+            let mut out = take_send_buffer();
+            if let Err(e) = self.session.borrow_mut().write_into(buf, &mut out) {
+                put_send_buffer(out);
+                return Err(invalid(e));
+            }
+            self.writing.set(true);
+            let r = sock.write_all_owned(out).await;
+            self.writing.set(false);
+            r?;
+        } else {
+            let out = {
+                let mut s = self.session.borrow_mut();
                 s.write(buf).map_err(invalid)?;
                 s.take_output()
-            }
-        };
-        let r = self.send(sock, &out).await;
-        if long {
-            put_send_buffer(out);
-        } else {
+            };
+            let r = self.send(sock, &out).await;
             self.session.borrow_mut().give_back(out);
+            r?;
         }
-        r?;
         self.tx.set(self.tx.get() + buf.len() as u64);
         Ok(())
     }

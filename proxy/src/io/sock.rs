@@ -210,6 +210,43 @@ impl Sock {
         Ok(())
     }
 
+    /// Sends all of `buf`, a buffer from [`super::take_send_buffer`] the
+    /// caller has filled (TLS records): on the ring the buffer itself is
+    /// sent, without the copy into a send chunk [`Sock::write`] makes, and
+    /// stays with the driver until the kernel is done with it (a dropped
+    /// future leaves it there); then it goes back to the pool. On epoll it
+    /// is sent from where it is and goes back at once.
+    pub async fn write_all_owned(&self, buf: Vec<u8>) -> io::Result<()> {
+        if self.driver.kind() == super::Kind::Epoll {
+            let r = self.write_all(&buf).await;
+            super::put_send_buffer(buf);
+            return r;
+        }
+        let n = buf.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+        let owned = std::cell::Cell::new(Some(buf));
+        let mut op = OpGuard::new(self);
+        let r = poll_fn(|cx| {
+            self.driver
+                .poll_write_owned(self.token, &mut op.id, &owned, deadline, cx)
+        })
+        .await;
+        if let Some(b) = owned.take() {
+            // Never started (the write side was lost): the buffer is ours.
+            super::put_send_buffer(b);
+        }
+        match r? {
+            0 => Err(io::ErrorKind::WriteZero.into()),
+            _ => {
+                self.tx.set(self.tx.get() + n as u64);
+                Ok(())
+            }
+        }
+    }
+
     /// One write: how many bytes of `buf` the kernel took. On the ring
     /// that is at most [`super::uring::SEND_CHUNK`]: the bytes are copied
     /// into a send chunk the driver owns until the kernel is done with it,

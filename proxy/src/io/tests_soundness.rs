@@ -1,4 +1,4 @@
-//! Soundness tests of the driver: a released socket's unsubmitted receive never reaches a descriptor that reuses its number, forgotten and dropped sends never let the kernel read the caller's memory nor block the shard, the connect timeout holds on both backends, and deadline expiry costs the expired waits, not every socket.
+//! Soundness tests of the driver: a released socket's unsubmitted receive never reaches a descriptor that reuses its number, forgotten and dropped sends never let the kernel read the caller's memory nor block the shard, an owned send goes out whole without a copy, the connect timeout holds on both backends, and deadline expiry costs the expired waits, not every socket.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream as StdStream};
@@ -348,6 +348,89 @@ fn short_inline_sends_finish_without_another_event() {
                 d.sleep(Duration::from_millis(5)).await;
             }
             assert_eq!(reader.join().unwrap(), total, "{kind:?}");
+        });
+    }
+}
+
+/// Send chunks idle in the ring's pool (0 on epoll).
+fn chunks_idle(d: &Driver) -> usize {
+    match &d.backend {
+        Backend::Uring(r) => r.chunks_idle(),
+        Backend::Epoll(_) => 0,
+    }
+}
+
+/// Sets `SO_SNDBUF` (or `SO_RCVBUF`) of `fd` to `bytes`.
+fn set_buf(fd: std::os::fd::RawFd, opt: libc::c_int, bytes: libc::c_int) {
+    // SAFETY: fd is an open socket; the option value is an int.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// A buffer handed over with `write_all_owned` reaches the peer whole and
+/// byte-exact through the short sends of small socket buffers (on the ring
+/// the driver sends on from where the kernel stopped), and the buffer
+/// itself, not a copy, comes back to the send-buffer pool; a dropped owned
+/// send leaves the buffer with the driver until its cancel completes, and
+/// the shard goes on.
+#[test]
+fn an_owned_send_goes_out_whole_through_short_sends_and_its_buffer_comes_back() {
+    for kind in kinds() {
+        on_driver(Options::new(kind), move |d| async move {
+            let (a, peer) = pair(&d).await;
+            set_buf(a.fd(), libc::SO_SNDBUF, 16 << 10);
+            let mut buf = super::take_send_buffer();
+            buf.extend((0..200_000u32).map(|i| (i * 7 % 251) as u8));
+            let want = buf.clone();
+            let ptr = buf.as_ptr();
+            let (tx, rx) = mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                let mut peer = peer;
+                let mut got = vec![0u8; want.len()];
+                peer.read_exact(&mut got).unwrap();
+                tx.send(got == want).unwrap();
+                peer
+            });
+            let waited = d.stats.sends_waited.get();
+            let chunks = chunks_idle(&d);
+            let r = d
+                .timeout(Duration::from_secs(10), a.write_all_owned(buf))
+                .await;
+            assert!(matches!(r, Some(Ok(()))), "{kind:?}: {r:?}");
+            assert!(rx.recv().unwrap(), "{kind:?}: the bytes differ");
+            let peer = reader.join().unwrap();
+            if kind == Kind::Uring {
+                assert!(
+                    d.stats.sends_waited.get() > waited,
+                    "no short send: the test did not reach the send-on path"
+                );
+                until(&d, "the send's completion", || ops_in_flight(&d) == 0).await;
+                assert_eq!(chunks_idle(&d), chunks, "a send chunk was used: a copy");
+            }
+            let back = super::take_send_buffer();
+            assert_eq!(back.as_ptr(), ptr, "{kind:?}: not the buffer handed over");
+            // Dropped while the peer does not read: the shard goes on, and
+            // the buffer stays with the driver until the cancel completes.
+            let mut big = back;
+            big.resize(1 << 20, 9);
+            let mut w = Box::pin(a.write_all_owned(big));
+            let pending = futures_lite::future::poll_once(w.as_mut()).await.is_none();
+            assert!(pending, "{kind:?}: 1 MiB fitted in the socket's buffers");
+            drop(w);
+            until(&d, "the dropped send to complete", || {
+                ops_in_flight(&d) == 0
+            })
+            .await;
+            drop(a);
+            drop(peer);
         });
     }
 }

@@ -10,7 +10,10 @@
 //! happens to the future, and then goes back to the pool. Chunks come in
 //! three sizes ([`SIZES`]: 4, 16 and 64 KiB) and the pool keeps up to
 //! [`POOLED`] of each idle, so a shard in steady state allocates nothing per
-//! send; the copy is a `memcpy` of bytes that are hot in cache.
+//! send; the copy is a `memcpy` of bytes that are hot in cache. A caller
+//! that has its bytes in a buffer of its own (TLS records encrypted into a
+//! pooled send buffer) hands the buffer over instead (`Sock::write_all_owned`):
+//! no copy, and the driver sends all of it before the buffer goes back.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -29,24 +32,63 @@ const POOLED: usize = 64;
 
 /// Bytes a send owns until its completion.
 pub(crate) struct Chunk {
-    buf: Box<[u8]>,
+    buf: Bytes,
     len: usize,
+    /// Bytes of an owned buffer the kernel has already taken (a short send
+    /// is sent on from here); 0 for a pooled chunk.
+    off: usize,
+}
+
+/// Where a chunk's bytes live.
+enum Bytes {
+    /// A pooled chunk the caller's bytes were copied into.
+    Pooled(Box<[u8]>),
+    /// A buffer the caller handed over whole (`Sock::write_all_owned`):
+    /// sent without a copy, and given back to the shard's send-buffer pool.
+    Owned(Vec<u8>),
 }
 
 impl Chunk {
-    pub(super) fn ptr(&self) -> *const u8 {
-        self.buf.as_ptr()
+    /// A chunk of the caller's own buffer, taken whole.
+    pub(super) fn owned(v: Vec<u8>) -> Chunk {
+        Chunk {
+            len: v.len(),
+            buf: Bytes::Owned(v),
+            off: 0,
+        }
     }
 
+    /// Where the bytes still to send start.
+    pub(super) fn ptr(&self) -> *const u8 {
+        let base = match &self.buf {
+            Bytes::Pooled(b) => b.as_ptr(),
+            Bytes::Owned(v) => v.as_ptr(),
+        };
+        base.wrapping_add(self.off)
+    }
+
+    /// How many bytes are still to send.
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.len - self.off
+    }
+
+    /// Whether the driver sends all of it (an owned buffer) rather than
+    /// returning a short count to the caller.
+    pub(super) fn is_owned(&self) -> bool {
+        matches!(self.buf, Bytes::Owned(_))
+    }
+
+    /// The kernel took `n` more bytes of an owned buffer.
+    pub(super) fn advance(&mut self, n: usize) {
+        debug_assert!(self.is_owned() && n <= self.len());
+        self.off += n;
     }
 }
 
 /// Idle send chunks of one shard, by size.
 #[derive(Default)]
 pub(super) struct SendPool {
-    idle: [RefCell<Vec<Box<[u8]>>>; 3],
+    pub(super) idle: [RefCell<Vec<Box<[u8]>>>; 3],
 }
 
 impl SendPool {
@@ -62,15 +104,24 @@ impl SendPool {
             .pop()
             .unwrap_or_else(|| vec![0u8; SIZES[class]].into_boxed_slice());
         buf[..len].copy_from_slice(&src[..len]);
-        Chunk { buf, len }
+        Chunk {
+            buf: Bytes::Pooled(buf),
+            len,
+            off: 0,
+        }
     }
 
-    /// Takes back a chunk whose send completed.
+    /// Takes back a chunk whose send completed (an owned buffer goes back
+    /// to the shard's send-buffer pool).
     pub(super) fn give(&self, c: Chunk) {
-        if let Some(class) = SIZES.iter().position(|&n| n == c.buf.len()) {
+        let buf = match c.buf {
+            Bytes::Pooled(b) => b,
+            Bytes::Owned(v) => return super::super::put_send_buffer(v),
+        };
+        if let Some(class) = SIZES.iter().position(|&n| n == buf.len()) {
             let mut idle = self.idle[class].borrow_mut();
             if idle.len() < POOLED {
-                idle.push(c.buf);
+                idle.push(buf);
             }
         }
     }

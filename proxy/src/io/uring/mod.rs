@@ -144,6 +144,8 @@ enum Op {
 #[derive(Clone, Copy)]
 pub(in crate::io) enum What<'a> {
     Send(&'a [u8]),
+    /// Send all of a buffer the caller hands over (taken at the start).
+    SendOwned(&'a std::cell::Cell<Option<Vec<u8>>>),
     Connect(SocketAddr),
     /// Splice the first `n` bytes of the pipe into the socket.
     Splice(&'a Rc<PipeFds>, usize),
@@ -490,6 +492,12 @@ impl Ring {
 
     pub(in crate::io) fn buffers_held(&self) -> usize {
         self.held.get()
+    }
+
+    /// Send chunks idle in the pool (tests: a copied send leaves one).
+    #[cfg(test)]
+    pub(in crate::io) fn chunks_idle(&self) -> usize {
+        self.sends.idle.iter().map(|v| v.borrow().len()).sum()
     }
 
     /// Sends and connects outstanding in the kernel (tests).

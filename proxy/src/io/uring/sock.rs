@@ -11,6 +11,7 @@ use super::super::addr::sockaddr;
 use super::super::ops::OpId;
 use super::super::sock::Lent;
 use super::super::{timed_out, Driver, Role, Slot, State, NO_BUF, WR};
+use super::bufs::Chunk;
 use super::{
     ud, Op, Ring, What, ACCEPTS_IN_FLIGHT, K_ACCEPT, K_CONNECT, K_POLL, K_RECV, K_SEND,
     K_SPLICE_OUT, RQ_MAX,
@@ -250,6 +251,21 @@ impl Ring {
                 u.send_full = true;
                 self.submit_send(d, s, token, false);
             }
+            Op::Done(res)
+                if res > 0
+                    && u.op_kind == K_SEND
+                    && u.send
+                        .as_ref()
+                        .is_some_and(|c| c.is_owned() && (res as usize) < c.len()) =>
+            {
+                // An owned buffer is sent whole: the rest goes on, waiting
+                // in the kernel for room.
+                if let Some(c) = u.send.as_mut() {
+                    c.advance(res as usize);
+                }
+                u.send_full = true;
+                self.submit_send(d, s, token, false);
+            }
             Op::Done(res) => {
                 if u.op_kind == K_SEND {
                     // A short write means the socket filled up: the next
@@ -344,11 +360,17 @@ impl Ring {
         let u = s.be.u();
         u.op_seq = u.op_seq.wrapping_add(1);
         match what {
-            What::Send(b) => {
-                u.send = Some(self.sends.fill(b));
+            What::Send(_) | What::SendOwned(_) => {
+                let c = match what {
+                    What::Send(b) => self.sends.fill(b),
+                    What::SendOwned(v) => Chunk::owned(v.take().unwrap_or_default()),
+                    _ => unreachable!(),
+                };
+                let n = c.len();
+                u.send = Some(c);
                 u.op_kind = K_SEND;
-                let bulk = b.len() > super::SEND_CHUNK;
-                let inline = !u.send_full && !u.bulk && !bulk && b.len() <= super::INLINE_SEND_MAX;
+                let bulk = n > super::SEND_CHUNK;
+                let inline = !u.send_full && !u.bulk && !bulk && n <= super::INLINE_SEND_MAX;
                 u.bulk = bulk;
                 self.submit_send(d, s, token, inline);
             }
