@@ -3,7 +3,9 @@
 # (`zgix_heap_live_bytes` of its one shard, repeatable to a few bytes,
 # unlike RSS): N h2c (prior knowledge) and N TLS h2 connections that send the
 # preface and SETTINGS, wait for the server's SETTINGS ACK and idle, beside
-# N idle HTTP/1.1 connections for scale; (live bytes with them − before) ÷ N.
+# N idle HTTP/1.1 connections for scale; (live bytes with them − before) ÷ N,
+# and the process's VmRSS the same way (a rougher figure: it depends on
+# which freed pages the allocator hands out again).
 # Each figure is read after a tick that follows the last ACK (the tick
 # publishes the counter every 100 ms; the scrape itself allocates on the
 # shard, so a changed allocation count means a tick came after it).
@@ -56,9 +58,15 @@ JSON
     zpid=$!
     pids+=("$zpid")
     wait_line "$tmp/zgix.log" "ready ("
-    python3 - "$hport" "$tport" "$aport" "$conns" "$bin" <<'PY'
+    python3 - "$hport" "$tport" "$aport" "$conns" "$bin" "$zpid" <<'PY'
 import re, socket, ssl, sys, urllib.request
 hport, tport, aport, n, name = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+zpid = sys.argv[6]
+
+def rss_kib():
+    for l in open(f"/proc/{zpid}/status"):
+        if l.startswith("VmRSS:"):
+            return int(l.split()[1])
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 def scrape():
@@ -110,14 +118,16 @@ def h1():
 for f in (h2c, tls, h1):
     w = [f() for _ in range(4)]
     for s in w: s.close()
-out = []
+out, rss = [], []
 for tag, f in (("h2c", h2c), ("h2 TLS", tls), ("http/1.1", h1)):
-    before = live()
+    before, r0 = live(), rss_kib()
     held = [f() for _ in range(n)]
-    after = live()
+    after, r1 = live(), rss_kib()
     out.append(f"{tag} {(after - before) / n / 1024:.2f}")
+    rss.append(f"{tag} {(r1 - r0) / n:.2f}")
     for s in held: s.close()
 print(f"{name}: KiB of heap per idle connection ({n} each): " + ", ".join(out))
+print(f"{name}: KiB of RSS per idle connection (the same; pages the allocator reused count nothing): " + ", ".join(rss))
 PY
     stop_pid "$zpid"
 done

@@ -11,6 +11,7 @@
 //! more than [`RAPID_RESETS`] streams it opened within one second gets
 //! GOAWAY `ENHANCE_YOUR_CALM` (CVE-2023-44487).
 
+mod answer;
 mod frames;
 mod hpack_scan;
 mod inbound;
