@@ -486,21 +486,20 @@ impl Writer {
     /// bytes (de-chunked). Returns the DATA to send and whether it ends.
     fn feed(&mut self, buf: &[u8]) -> io::Result<(Chunks, bool)> {
         let mut chunks = Chunks::default();
-        // The head's bytes once whole: its fields and the body bytes that
-        // came with it are slices of it, not copies.
+        // The body bytes that came with the head, once it is whole: DATA
+        // is cut from them, not copied.
         let mut whole: Option<Bytes> = None;
         let mut body: &[u8] = buf;
         if let Out::Head = self.out {
-            let (all, head_len) = match self.answer(buf)? {
-                Some(v) => v,
-                None => return Ok((chunks, false)),
+            let Some(rest) = self.answer(buf)? else {
+                return Ok((chunks, false));
             };
             if matches!(self.out, Out::Done) {
                 return Ok((chunks, false));
             }
-            whole = Some(all);
-            if let Some(all) = &whole {
-                body = &all[head_len..];
+            whole = Some(rest);
+            if let Some(rest) = &whole {
+                body = rest;
             }
         }
         let cut = |part: &[u8]| match &whole {
@@ -552,9 +551,9 @@ impl Writer {
     }
 
     /// Takes bytes of the answer's head: once it is whole, relays any
-    /// interim answers and sends the final one's HEADERS. Returns the
-    /// head's bytes (the body bytes that came with it follow `head_len`).
-    fn answer(&mut self, buf: &[u8]) -> io::Result<Option<(Bytes, usize)>> {
+    /// interim answers and sends the final one's HEADERS. Returns the body
+    /// bytes that came with the head.
+    fn answer(&mut self, buf: &[u8]) -> io::Result<Option<Bytes>> {
         let bad = |_| io::Error::new(io::ErrorKind::InvalidData, "bad answer");
         if self.head.is_empty() {
             // Usually the whole head in one write: one exact copy.
@@ -566,8 +565,8 @@ impl Writer {
             let Some(len) = answer::head_end(&self.head).map_err(bad)? else {
                 return Ok(None);
             };
-            let all = Bytes::from(std::mem::take(&mut self.head));
-            let a = answer::read(&all, len, self.method).map_err(bad)?;
+            let (head, rest) = split_head(std::mem::take(&mut self.head), len);
+            let a = answer::read(&head, len, self.method).map_err(bad)?;
             if a.status < 200 {
                 // An interim answer is an informational HEADERS (RFC 9113
                 // §8.1); 101 has no place on HTTP/2 (§8.6) and is dropped.
@@ -575,7 +574,7 @@ impl Writer {
                     let respond = self.respond.as_mut().ok_or_else(closed)?;
                     respond.send_informational(a.response).map_err(gone)?;
                 }
-                self.head = all[len..].to_vec();
+                self.head = rest.to_vec();
                 if self.head.is_empty() {
                     return Ok(None);
                 }
@@ -590,9 +589,30 @@ impl Writer {
             let eos = matches!(self.out, Out::Done);
             let respond = self.respond.as_mut().ok_or_else(closed)?;
             self.send = Some(respond.send_response(a.response, eos).map_err(gone)?);
-            return Ok(Some((all, len)));
+            return Ok(Some(rest));
         }
     }
+}
+
+/// Body bytes that may share the head's buffer: the codec's HPACK table
+/// keeps the field values it indexes (a `Date`, an id) for as long as the
+/// connection lives, and with them the buffer they are slices of.
+const BODY_WITH_HEAD: usize = 256;
+
+/// The head (`v[..len]`) as the buffer the field values are slices of, and
+/// the body bytes after it: in the same buffer when they are few, else
+/// apart, so that an indexed field keeps no more than its head alive
+/// (measured: 60 answers of 8 KiB, each with a new field value, left 246
+/// KiB per idle connection when the values were slices of head and body).
+fn split_head(mut v: Vec<u8>, len: usize) -> (Bytes, Bytes) {
+    if v.len() - len <= BODY_WITH_HEAD {
+        let all = Bytes::from(v);
+        let rest = all.slice(len..);
+        return (all, rest);
+    }
+    let head = Bytes::copy_from_slice(&v[..len]);
+    v.drain(..len);
+    (head, Bytes::from(v))
 }
 
 #[cfg(test)]
