@@ -238,12 +238,13 @@ impl Io<'_> {
             let fut = me.reading.get_or_insert_with(|| {
                 let c = me.conn;
                 Box::pin(async move {
-                    // No buffer is held while the connection idles.
+                    // No buffer is held while the connection idles, nor the
+                    // read's state (0.5 KiB, boxed once there are bytes).
                     if let Err(e) = c.readable().await {
                         return (Vec::new(), Err(e));
                     }
                     let mut b = take_read();
-                    let r = c.read(&mut b).await;
+                    let r = Box::pin(c.read(&mut b)).await;
                     (b, r)
                 })
             });
