@@ -16,7 +16,9 @@
 //! The mode is a guess from the socket's last body (`conn/bulk.rs` sets it
 //! when it holds a receive for splicing, the head of a body that does not
 //! take the bulk path clears it): sockets that carry small requests never
-//! leave the multishot receive.
+//! leave the multishot receive. A fresh connection starts on the multishot
+//! receive too, so its first large body is still mostly pulled into
+//! buffers and relayed from them.
 
 use super::super::{Slot, State, NO_BUF};
 use super::{Op, Ring};
