@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{metrics_text, pattern, pattern_byte, series, Client, Config, Zgix, IO_TIMEOUT};
+use support::{
+    metrics_after_tick, metrics_text, pattern, pattern_byte, series, Client, Config, Zgix,
+    IO_TIMEOUT,
+};
 
 const MIB: u64 = 1 << 20;
 /// Bytes of a body that may go the copy path before the bulk path starts:
@@ -320,6 +323,93 @@ fn a_64_mib_upload_on_the_bulk_path_is_byte_exact_and_a_pipelined_request_follow
     assert_eq!(next.status, 200);
     assert_eq!(next.body, b"abc");
     wait_bulk_bytes(&zgix, n - COPY_SLACK);
+}
+
+/// Received-buffer bytes one 1 MiB body on a pooled connection may relay
+/// (uring) before its splices start: the buffer the head came in, one
+/// more, and slack for a head split across two.
+const RELAY_SLACK: u64 = 64 << 10;
+
+/// An origin for bodies behind a zgix of one shard, whose tick then
+/// publishes everything that shard did before it (`metrics_after_tick`).
+fn proxy_one_shard() -> (BodyOrigin, Zgix) {
+    let origin = BodyOrigin::start();
+    let zgix = Zgix::start(&Config::new(&[origin.addr]).cpus(&[0]).admin());
+    (origin, zgix)
+}
+
+/// The bytes relayed from received buffers and spliced so far, once the
+/// shard tick has published everything done before the call.
+fn relayed_and_spliced(zgix: &Zgix) -> (u64, u64) {
+    let m = metrics_after_tick(zgix);
+    (
+        series(&m, "zgix_io_relayed_bytes_total") as u64,
+        series(&m, "zgix_io_spliced_bytes_total") as u64,
+    )
+}
+
+#[test]
+fn one_mib_downloads_on_a_pooled_connection_splice_past_the_buffer_their_head_came_in() {
+    // On the ring a socket whose last body took the bulk path receives its
+    // next head one buffer at a time, so the rest of the body stays in the
+    // socket for the splices; before that, a multishot receive had pulled
+    // most of each body into provided buffers before the head was parsed.
+    let (_origin, zgix) = proxy_one_shard();
+    let (n, k) = (MIB, 8u64);
+    let mut client = Client::connect(zgix.addr());
+    // The first body comes on a fresh upstream connection (multishot).
+    client.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    check_cl(&mut client, n);
+    let (r0, s0) = relayed_and_spliced(&zgix);
+    for _ in 0..k {
+        client.send(format!("GET /cl/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        check_cl(&mut client, n);
+    }
+    let (r1, s1) = relayed_and_spliced(&zgix);
+    let (relayed, spliced) = (r1 - r0, s1 - s0);
+    assert!(
+        relayed <= k * RELAY_SLACK,
+        "{relayed} bytes of {k} bodies of {n} relayed from received buffers ({spliced} spliced)"
+    );
+    assert!(
+        spliced >= k * (n - COPY_SLACK),
+        "{spliced} bytes of {k} bodies of {n} spliced ({relayed} relayed)"
+    );
+}
+
+#[test]
+fn one_mib_uploads_on_a_kept_connection_splice_past_the_buffers_their_head_came_in() {
+    // The client's socket: after one upload on the bulk path, the next
+    // request's head is received one buffer at a time (see above).
+    let (_origin, zgix) = proxy_one_shard();
+    let (n, k) = (MIB, 8u64);
+    let block = pattern(n);
+    let want = format!("{n} {:016x}", repeated_fnv(&block, n));
+    let mut client = Client::connect(zgix.addr());
+    let upload = |client: &mut Client| {
+        let mut req =
+            format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n").into_bytes();
+        req.extend_from_slice(&block);
+        client.send(&req);
+        let r = client.read_response();
+        assert_eq!(r.status, 200, "{}", r.show());
+        assert_eq!(String::from_utf8_lossy(&r.body), want);
+    };
+    upload(&mut client);
+    let (r0, s0) = relayed_and_spliced(&zgix);
+    for _ in 0..k {
+        upload(&mut client);
+    }
+    let (r1, s1) = relayed_and_spliced(&zgix);
+    let (relayed, spliced) = (r1 - r0, s1 - s0);
+    assert!(
+        relayed <= k * RELAY_SLACK,
+        "{relayed} bytes of {k} uploads of {n} relayed from received buffers ({spliced} spliced)"
+    );
+    assert!(
+        spliced >= k * (n - COPY_SLACK),
+        "{spliced} bytes of {k} uploads of {n} spliced ({relayed} relayed)"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use zgix_parser::{
 
 use std::cell::Cell;
 
-use super::bulk::{takes_bulk, Progress, RelayEnd};
+use super::bulk::{takes_bulk, Lane, Progress, RelayEnd};
 use super::client::ClientConn;
 use super::shard::Shard;
 use super::state::ClientBytes;
@@ -79,12 +79,21 @@ impl Upload<'_> {
         let cl = self.cl;
         let r = async {
             match self.body {
-                BodyKind::None => {}
+                BodyKind::None => many(self.client),
                 BodyKind::Length(n) => {
                     let mut remaining = n - self.done;
                     cl.consume(self.done as usize);
-                    // Both ends plaintext: a long rest moves socket to socket.
-                    let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
+                    // Both ends plaintext: a long rest moves socket to
+                    // socket, decided on what is owed past the bytes here.
+                    let rest = remaining - (cl.pending() as u64).min(remaining);
+                    let bulk = super::bulk::plain(self.client)
+                        .zip(super::bulk::plain_up(self.up))
+                        .filter(|(c, _)| takes_bulk(n, rest, c));
+                    // Before the first write: the client's receive stops here.
+                    let mut lane = bulk.and_then(|(c, _)| super::bulk::lane(c, true));
+                    if lane.is_none() {
+                        many(self.client);
+                    }
                     loop {
                         let take = (cl.pending() as u64).min(remaining) as usize;
                         if take > 0 {
@@ -98,8 +107,8 @@ impl Upload<'_> {
                         if remaining == 0 {
                             break;
                         }
-                        if let Some((c, u)) = bulk.filter(|(c, _)| takes_bulk(n, remaining, c)) {
-                            relay_up(c, u, remaining, cl.scratch()).await?;
+                        if let Some((c, u)) = bulk {
+                            relay_up(c, u, remaining, cl.scratch(), lane.take()).await?;
                             break;
                         }
                         cl.clear();
@@ -108,6 +117,7 @@ impl Upload<'_> {
                     }
                 }
                 BodyKind::Chunked => {
+                    many(self.client);
                     // RFC 9112 §7.1.1: zgix interprets no chunk extension, so
                     // the origin gets the body re-encoded without any (and
                     // without trailers): no extension parser of the origin's
@@ -156,9 +166,23 @@ async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail>
     }
 }
 
+/// A plaintext client's body that is not spliced: its socket goes back to
+/// (or stays on) the ring's multishot receive.
+fn many(client: &ClientConn) {
+    if let Some(s) = super::bulk::plain(client) {
+        s.receive_one(false);
+    }
+}
+
 /// The rest of a Content-Length request body on the bulk path (`bulk.rs`).
-async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
-    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE, true).await {
+async fn relay_up(
+    client: &Sock,
+    up: &Sock,
+    n: u64,
+    buf: &mut [u8],
+    lane: Option<Lane<'_>>,
+) -> Result<(), Fail> {
+    match super::bulk::relay(client, up, Some(n), buf, &Progress::NONE, lane).await {
         Ok(_) => Ok(()),
         Err(RelayEnd::Dst(e)) => Err(upstream_io(&e)),
         Err(_) => Err(Fail::ClientGone),
@@ -166,8 +190,14 @@ async fn relay_up(client: &Sock, up: &Sock, n: u64, buf: &mut [u8]) -> Result<()
 }
 
 /// The rest of a Content-Length response body on the bulk path (`bulk.rs`).
-async fn relay_down(up: &Sock, client: &Sock, n: u64, buf: &mut [u8]) -> Result<(), Fail> {
-    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE, true).await {
+async fn relay_down(
+    up: &Sock,
+    client: &Sock,
+    n: u64,
+    buf: &mut [u8],
+    lane: Option<Lane<'_>>,
+) -> Result<(), Fail> {
+    match super::bulk::relay(up, client, Some(n), buf, &Progress::NONE, lane).await {
         Ok(_) => Ok(()),
         Err(RelayEnd::Src(e)) => Err(upstream_io(&e)),
         Err(RelayEnd::SrcEof) => Err(Fail::Upstream(UpstreamError::Reset)),
@@ -376,12 +406,23 @@ impl Download<'_> {
         let reusable;
         match self.resp.body {
             ResponseBody::None => {
+                self.up.sock().receive_one(false);
                 reusable = pos == *self.uend;
                 self.write_out().await?;
             }
             ResponseBody::Length(n) => {
                 let avail = (*self.uend - pos) as u64;
                 let first = avail.min(n) as usize;
+                let mut remaining = n - first as u64;
+                let bulk = super::bulk::plain(self.client)
+                    .zip(super::bulk::plain_up(self.up))
+                    .filter(|(c, _)| takes_bulk(n, remaining, c));
+                // Before the head is written: the upstream's receive stops
+                // here, and the rest of the body stays in its socket.
+                let lane = bulk.and_then(|(_, u)| super::bulk::lane(u, true));
+                if lane.is_none() {
+                    self.up.sock().receive_one(false);
+                }
                 if self.out.len() + first <= self.out.capacity() {
                     self.out.extend_from_slice(&self.ubuf[pos..pos + first]);
                     self.write_out().await?;
@@ -390,10 +431,8 @@ impl Download<'_> {
                     self.write_client_u(pos, pos + first).await?;
                 }
                 pos += first;
-                let mut remaining = n - first as u64;
-                let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
-                if let Some((c, u)) = bulk.filter(|(c, _)| takes_bulk(n, remaining, c)) {
-                    relay_down(u, c, remaining, &mut self.ubuf[..]).await?;
+                if let Some((c, u)) = bulk {
+                    relay_down(u, c, remaining, &mut self.ubuf[..], lane).await?;
                     (remaining, pos, *self.uend) = (0, 0, 0);
                 }
                 while remaining > 0 {
@@ -407,6 +446,7 @@ impl Download<'_> {
                 reusable = pos == *self.uend;
             }
             ResponseBody::Chunked => {
+                self.up.sock().receive_one(false);
                 *self.chunked = ChunkedDecoder::new(u64::MAX);
                 let mut head_pending = true;
                 loop {
@@ -433,6 +473,7 @@ impl Download<'_> {
                 reusable = pos == *self.uend;
             }
             ResponseBody::CloseDelimited => {
+                self.up.sock().receive_one(false);
                 self.out.extend_from_slice(&self.ubuf[pos..*self.uend]);
                 self.write_out().await?;
                 loop {

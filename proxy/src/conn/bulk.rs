@@ -11,10 +11,14 @@
 //!   from the shard's pool, then from the pipe into the destination, on the
 //!   driver's readiness.
 //! - uring: the same two splices as `IORING_OP_SPLICE` entries (the kernel
-//!   runs them in the ring's workers, since a splice may block). The
-//!   source's multishot receive is held off first and the buffers it had
-//!   queued are sent on as they are (`sendmsg` over them, no copy), so the
-//!   bytes keep their order; the receive resumes when the relay ends.
+//!   runs them in the ring's workers, since a splice may block), over two
+//!   pipes so that the next splice in runs while the last bytes go out.
+//!   The source's receive is held off as soon as the head is parsed, before
+//!   it is written on, and the buffers it had queued are sent on as they
+//!   are (`sendmsg` over them), so the bytes keep their order; the receive
+//!   resumes when the relay ends, one buffer at a time until the next head
+//!   (`io/uring/one.rs`): a multishot receive would have pulled most of the
+//!   next body into buffers before that head was parsed.
 //!
 //! Tunnels on the ring take the relayed-buffer path below, never a splice:
 //! their idle rule goes on after a read timeout, and a splice in that the
@@ -110,33 +114,54 @@ impl Progress<'_> {
     }
 }
 
-/// Relays `n` bytes (`None`: until the source's EOF) from `src` to `dst`;
-/// `buf` carries what cannot be relayed as it is. Returns the bytes moved.
-///
-/// `ring_splice` false keeps the ring off splicing (tunnels): a splice in
-/// that a read timeout cancels may already have moved bytes into its pipe,
-/// which a relay that goes on after the timeout would lose.
+/// What a relay splices through: a pipe from the shard's pool and the hold
+/// on the source's ring receive, taken together, before the head the body
+/// follows is written, so that no receive runs between the head and the
+/// splices (`io/uring/one.rs`).
+pub(super) struct Lane<'a> {
+    pipe: Pipe,
+    hold: Hold<'a>,
+}
+
+/// A lane for relaying from `src`, or `None`: the shard's pipes are all
+/// out or `pipe2` failed (counted in `splice_fallbacks`; the relay then
+/// goes without one), or `ring_splice` is false on the ring (tunnels: a
+/// splice in that a read timeout cancels may already have moved bytes into
+/// its pipe, which a relay that goes on after the timeout would lose).
+pub(super) fn lane(src: &Sock, ring_splice: bool) -> Option<Lane<'_>> {
+    if src.driver().kind() == crate::io::Kind::Uring && !ring_splice {
+        return None;
+    }
+    match Pipe::take(src.driver()) {
+        Some(pipe) => Some(Lane {
+            pipe,
+            hold: Hold::new(src),
+        }),
+        None => {
+            let c = &src.driver().stats.splice_fallbacks;
+            c.set(c.get() + 1);
+            None
+        }
+    }
+}
+
+/// Relays `n` bytes (`None`: until the source's EOF) from `src` to `dst`,
+/// through `lane` if there is one ([`lane`]); `buf` carries what cannot be
+/// relayed as it is. Returns the bytes moved.
 pub(super) async fn relay(
     src: &Sock,
     dst: &Sock,
     n: Option<u64>,
     buf: &mut [u8],
     progress: &Progress<'_>,
-    ring_splice: bool,
+    lane: Option<Lane<'_>>,
 ) -> Result<u64, RelayEnd> {
     let mut left = n.unwrap_or(u64::MAX);
     let mut moved = 0u64;
-    let ring = src.driver().kind() == crate::io::Kind::Uring;
-    let pipe = if ring && !ring_splice {
-        None
-    } else {
-        Pipe::take(src.driver())
+    let (pipe, _hold) = match lane {
+        Some(l) => (Some(l.pipe), Some(l.hold)),
+        None => (None, None),
     };
-    let _hold = pipe.as_ref().map(|_| Hold::new(src));
-    if pipe.is_none() && (ring_splice || !ring) {
-        let c = &src.driver().stats.splice_fallbacks;
-        c.set(c.get() + 1);
-    }
     // Without a pipe, everything; with one, what the ring's receive had
     // queued before it was held off (the bytes keep their order).
     while left > 0 && (pipe.is_none() || !src.receive_idle()) {
@@ -164,21 +189,77 @@ pub(super) async fn relay(
         left -= k as u64;
         moved += k as u64;
     }
-    let Some(mut pipe) = pipe else {
+    let Some(pipe) = pipe else {
         return Ok(moved);
     };
-    while left > 0 {
-        let max = left.min(STEP_MAX) as usize;
-        let k = src.splice_in(&mut pipe, max).await.map_err(RelayEnd::Src)?;
-        if k == 0 {
-            return eof(n, moved);
-        }
-        dst.splice_out(&mut pipe).await.map_err(RelayEnd::Dst)?;
-        progress.moved(src, k);
-        left -= k as u64;
-        moved += k as u64;
+    let spliced = splice(src, dst, left, pipe, progress).await?;
+    if spliced.1 {
+        return eof(n, moved + spliced.0);
     }
-    Ok(moved)
+    Ok(moved + spliced.0)
+}
+
+/// Splices up to `left` bytes from `src` to `dst` through `pipe`; returns
+/// the bytes moved and whether the source's EOF came first.
+///
+/// On the ring a second pipe, taken once the first splice in has brought
+/// bytes (a relay still waiting for its first byte holds one pipe), lets
+/// the next splice in run while the last one's bytes go out: each splice
+/// waits in a kernel worker, and with one pipe the two legs alternated,
+/// the core idle while either waited (1 MiB responses, 8 connections: 0.72×
+/// the req/s of relaying received buffers, BENCHMARKS.md "Bodies"). On
+/// epoll the splices are calls on the shard thread, and the legs alternate.
+async fn splice(
+    src: &Sock,
+    dst: &Sock,
+    mut left: u64,
+    mut pipe: Pipe,
+    progress: &Progress<'_>,
+) -> Result<(u64, bool), RelayEnd> {
+    let mut moved = 0u64;
+    let mut next: Option<Pipe> = None;
+    let ring = src.driver().kind() == crate::io::Kind::Uring;
+    let mut k = 0usize;
+    loop {
+        if k == 0 {
+            if left == 0 {
+                return Ok((moved, false));
+            }
+            let max = left.min(STEP_MAX) as usize;
+            k = src.splice_in(&mut pipe, max).await.map_err(RelayEnd::Src)?;
+            if k == 0 {
+                return Ok((moved, true));
+            }
+            left -= k as u64;
+            if ring && next.is_none() && left > 0 {
+                next = Pipe::take(src.driver());
+            }
+        }
+        let (out, got) = match next.as_mut().filter(|_| left > 0) {
+            Some(other) => {
+                let max = left.min(STEP_MAX) as usize;
+                let (out, got) =
+                    futures_lite::future::zip(dst.splice_out(&mut pipe), src.splice_in(other, max))
+                        .await;
+                (out, Some(got))
+            }
+            None => (dst.splice_out(&mut pipe).await, None),
+        };
+        out.map_err(RelayEnd::Dst)?;
+        progress.moved(src, k);
+        moved += k as u64;
+        k = 0;
+        if let Some(got) = got {
+            let got = got.map_err(RelayEnd::Src)?;
+            if got == 0 {
+                return Ok((moved, true));
+            }
+            left -= got as u64;
+            k = got;
+            // The full pipe goes out next; the empty one takes the next bytes.
+            std::mem::swap(&mut pipe, next.as_mut().expect("the other pipe"));
+        }
+    }
 }
 
 /// One read of up to `max` bytes into `buf` and its write; 0 at EOF.
@@ -192,12 +273,15 @@ async fn copy(src: &Sock, dst: &Sock, max: usize, buf: &mut [u8]) -> Result<usiz
 }
 
 /// The source's ring receive held off while splices read the socket,
-/// resumed when the relay ends (whichever way).
+/// resumed when the relay ends (whichever way). The socket's next head is
+/// then received one buffer at a time: the body behind it may take this
+/// path too.
 struct Hold<'a>(&'a Sock);
 
 impl<'a> Hold<'a> {
     fn new(s: &'a Sock) -> Hold<'a> {
         s.hold_receiving(true);
+        s.receive_one(true);
         Hold(s)
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use futures_lite::future::zip;
 
-use super::bulk::{plain, plain_up, relay, Progress, RelayEnd};
+use super::bulk::{lane, plain, plain_up, relay, Progress, RelayEnd};
 use super::client::Stream;
 use super::{is_timeout, Conn, Exchange, Next};
 use crate::io::{Buf, Sock};
@@ -76,12 +76,14 @@ async fn pump_bulk(
     }
     from.set_read_timeout(Some(idle));
     to.set_write_timeout(Some(idle));
+    // Never spliced on the ring: the multishot receive, not one buffer a turn.
+    from.receive_one(false);
     let progress = Progress {
         last: Some(last),
         bytes: Some(bytes),
     };
     loop {
-        match relay(from, to, None, buf, &progress, false).await {
+        match relay(from, to, None, buf, &progress, lane(from, false)).await {
             Err(RelayEnd::Src(e)) if is_timeout(&e) => {
                 if from.now().duration_since(last.get()) < idle {
                     continue;

@@ -292,6 +292,15 @@ impl Driver {
         }
     }
 
+    /// Sets whether the ring's receive on `token` takes one buffer per
+    /// arming (`uring/one.rs`); nothing on epoll.
+    pub(super) fn receive_one(&self, token: u32, on: bool) {
+        if let Backend::Uring(r) = &self.backend {
+            let mut st = self.st.borrow_mut();
+            r.receive_one(&mut st.slots[token as usize], token, on);
+        }
+    }
+
     /// Marks `token` as closing after what it sends now (uring: its
     /// inline sends stop counting in the park's wait); nothing on epoll.
     pub(super) fn set_closing(&self, token: u32) {

@@ -281,9 +281,19 @@ impl Sock {
     }
 
     /// Holds off (or resumes) the ring's receive so that splices read the
-    /// socket itself; a no-op on epoll.
+    /// socket itself; a no-op on epoll. Holds nest: the receive resumes
+    /// when the last one is let go.
     pub fn hold_receiving(&self, on: bool) {
         self.driver.hold_receiving(self.token, on);
+    }
+
+    /// Whether the ring's receive takes one buffer per arming (`on`: the
+    /// socket's last body took the bulk path, and the body behind its next
+    /// head should stay in the socket for the splices) or runs multishot
+    /// (`io/uring/one.rs`); a no-op on epoll, whose reads take what they
+    /// are asked for.
+    pub fn receive_one(&self, on: bool) {
+        self.driver.receive_one(self.token, on);
     }
 
     /// Says that this socket is closed after what is written from now on

@@ -18,7 +18,11 @@ impl Ring {
     /// sleeps until one more (a receive, an accept, a wake) arrives.
     pub(in crate::io) fn turn(&self, d: &Driver, how: Turn) -> usize {
         let wait: Option<Duration> = how.timeout();
-        self.drain_returned(&mut d.st.borrow_mut());
+        {
+            let mut st = d.st.borrow_mut();
+            self.drain_returned(&mut st);
+            self.arm_deferred(&mut st);
+        }
         {
             let mut ring = self.ring.borrow_mut();
             self.flush_backlog(&mut ring);
@@ -228,6 +232,16 @@ impl Ring {
     ) {
         let s = &mut st.slots[token as usize];
         let gen = s.gen;
+        // A one-shot receive that found EOF (or failed) may still have
+        // taken a buffer: it goes back, and the result reads as EOF.
+        let bid = match bid {
+            Some(b) if res <= 0 => {
+                self.recycle(st, b);
+                None
+            }
+            b => b,
+        };
+        let s = &mut st.slots[token as usize];
         if let Some(b) = bid {
             if s.closed {
                 self.recycle(st, b);
@@ -273,7 +287,11 @@ impl Ring {
             if u.recv_paused && u.rq_len <= cap / 2 {
                 u.recv_paused = false;
             }
-            if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved && !u.recv_hold {
+            if u.recv_one {
+                // One buffer per arming: the next once the reader emptied
+                // the queue (`one.rs`).
+                self.arm_later(s, token);
+            } else if !s.closed && !s.hup && !u.recv_paused && !u.recv_starved && !u.recv_hold {
                 let c = &d.stats.recv_rearm_other;
                 c.set(c.get() + 1);
                 self.arm_recv(s, token);

@@ -38,6 +38,7 @@
 
 mod bufs;
 mod complete;
+mod one;
 mod relay;
 mod sock;
 mod splice;
@@ -201,6 +202,12 @@ pub(in crate::io) struct USock {
     rsplice_abandoned: bool,
     /// The receive is held off for splicing: nothing re-arms it until resumed.
     recv_hold: bool,
+    /// Holds not yet let go (they nest: the body's relay holds a receive
+    /// its exchange already holds).
+    holds: u8,
+    /// The receive takes one buffer per arming, re-armed once the queue is
+    /// empty (`one.rs`): the next head is awaited before a bulk body.
+    recv_one: bool,
     /// Its owner closes it after what it sends now ([`Ring::set_closing`]):
     /// no event from the peer follows these sends, so a park does not count
     /// them as riding on the next one.
@@ -247,6 +254,8 @@ impl USock {
             rsplice_seq: 0,
             rsplice_abandoned: false,
             recv_hold: false,
+            holds: 0,
+            recv_one: false,
             closing: false,
             rq_cap: RQ_MAX,
             addr: None,
@@ -271,6 +280,8 @@ pub struct Ring {
     returned: RefCell<Vec<u16>>,
     /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
     starved: RefCell<Vec<(u32, u32)>>,
+    /// One-buffer sockets whose receive is armed at the next turn (`one.rs`).
+    rearm: RefCell<Vec<(u32, u32)>>,
     /// Entries that found the submission queue full (see [`Ring::push`]).
     backlog: RefCell<Vec<squeue::Entry>>,
     /// `MSG_DONTWAIT` sends in the submission queue, not yet submitted: each
@@ -333,6 +344,7 @@ impl Ring {
             held: Cell::new(0),
             returned: RefCell::new(Vec::new()),
             starved: RefCell::new(Vec::with_capacity(64)),
+            rearm: RefCell::new(Vec::new()),
             backlog: RefCell::new(Vec::new()),
             inline_sends: Cell::new(0),
             deferred: Cell::new(0),
@@ -401,9 +413,17 @@ impl Ring {
     }
 
     fn arm_recv(&self, s: &mut Slot, token: u32) {
-        let e = opcode::RecvMulti::new(types::Fd(s.fd), BGID)
-            .build()
-            .user_data(ud(K_RECV, token, s.gen));
+        let fd = types::Fd(s.fd);
+        let e = if s.be.u().recv_one {
+            // One buffer (len 0: the buffer's own size), then it ends.
+            opcode::Recv::new(fd, std::ptr::null_mut(), 0)
+                .buf_group(BGID)
+                .build()
+                .flags(squeue::Flags::BUFFER_SELECT)
+        } else {
+            opcode::RecvMulti::new(fd, BGID).build()
+        };
+        let e = e.user_data(ud(K_RECV, token, s.gen));
         self.push(&e);
         let u = s.be.u();
         u.recv_armed = true;

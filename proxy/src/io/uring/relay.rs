@@ -120,6 +120,8 @@ impl Ring {
         if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_BULK / 2 && !s.hup {
             u.recv_paused = false;
             self.arm_recv(s, src);
+        } else if u.recv_one {
+            self.arm_later(s, src);
         }
         Ok(r)
     }

@@ -180,14 +180,17 @@ impl Ring {
     }
 
     /// After a read or a lend: bulk relaying ends (the next bytes are a
-    /// head, or small), and a receive paused for a full queue resumes once
-    /// the reader has caught up.
+    /// head, or small), a receive paused for a full queue resumes once
+    /// the reader has caught up, and a one-buffer receive is armed again
+    /// at the next turn once the queue is empty.
     fn caught_up(&self, s: &mut Slot, token: u32) {
         let u = s.be.u();
         u.rq_cap = RQ_MAX;
         if u.recv_paused && !u.recv_armed && !u.recv_hold && u.rq_len <= RQ_MAX / 2 && !s.hup {
             u.recv_paused = false;
             self.arm_recv(s, token);
+        } else if u.recv_one {
+            self.arm_later(s, token);
         }
     }
 

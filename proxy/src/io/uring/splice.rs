@@ -23,11 +23,17 @@ use super::super::{timed_out, Driver, Slot, State, RD};
 use super::{ud, Op, Ring, K_RECV, K_SPLICE_IN};
 
 impl Ring {
-    /// Holds off (`on`) or resumes the socket's multishot receive.
+    /// Holds off (`on`) or resumes the socket's receive. Holds nest: it
+    /// resumes when the last is let go.
     pub(in crate::io) fn hold_receiving(&self, s: &mut Slot, token: u32, on: bool) {
         let gen = s.gen;
         let u = s.be.u();
-        if on == u.recv_hold {
+        u.holds = if on {
+            u.holds.saturating_add(1)
+        } else {
+            u.holds.saturating_sub(1)
+        };
+        if on == u.recv_hold || (!on && u.holds > 0) {
             return;
         }
         u.recv_hold = on;
