@@ -91,6 +91,21 @@ fn tls_block(certs: &[(PathBuf, PathBuf)], more: &str) -> String {
     format!(r#"{{"certificates": [{}]{more}}}"#, list.join(", "))
 }
 
+/// A zgix on two shards with one TLS listener serving one certificate for
+/// `site.example` (made under a scratch directory tagged `tag`) in front of
+/// a fresh origin; `extra_http` is appended to the listener's `http` block.
+fn one_site(tag: &str, extra_http: &str) -> (Certs, (PathBuf, PathBuf), Origin, Zgix) {
+    let certs = Certs::new(tag);
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let z = Zgix::start_json(&config(
+        o.addr(),
+        &tls_block(std::slice::from_ref(&site), ""),
+        extra_http,
+    ));
+    (certs, site, o, z)
+}
+
 /// `curl` over TLS to `name` (resolved to `addr`), trusting `ca`; returns
 /// (HTTP status, stderr).
 fn curl(addr: SocketAddr, name: &str, ca: &Path, path: &str) -> (u16, String) {
@@ -222,14 +237,7 @@ fn curl_gets_200_over_tls_with_the_certificate_its_sni_names_and_forwarded_proto
 
 #[test]
 fn openssl_sees_alpn_refuses_tls11_and_resumes_across_shards() {
-    let certs = Certs::new("ossl");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json(&config(
-        o.addr(),
-        &tls_block(std::slice::from_ref(&site), ""),
-        "",
-    ));
+    let (certs, _site, _o, z) = one_site("ossl", "");
     assert_eq!(z.shards, 2);
     let addr = z.addr();
     let out = s_client(
@@ -276,14 +284,7 @@ fn openssl_sees_alpn_refuses_tls11_and_resumes_across_shards() {
 /// `no_application_protocol`; an offer with one common name still gets it.
 #[test]
 fn a_client_offering_only_alpn_names_zgix_does_not_speak_is_served_without_alpn() {
-    let certs = Certs::new("alpn10");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json(&config(
-        o.addr(),
-        &tls_block(std::slice::from_ref(&site), ""),
-        "",
-    ));
+    let (_certs, site, o, z) = one_site("alpn10", "");
     let (code, err) = curl_run(z.addr(), "site.example", &site.0, "/ten", &["--http1.0"]);
     assert_eq!(code, 200, "{err}");
     let out = s_client(
@@ -324,14 +325,10 @@ fn plaintext_http_on_the_tls_port_gets_400_in_cleartext() {
 
 #[test]
 fn the_rate_limit_counts_tls_requests_like_plain_ones() {
-    let certs = Certs::new("rate");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json(&config(
-        o.addr(),
-        &tls_block(std::slice::from_ref(&site), ""),
+    let (_certs, site, _o, z) = one_site(
+        "rate",
         r#", "rate_limit": {"requests": 1, "window_ms": 3600000, "burst": 2}"#,
-    ));
+    );
     let codes: Vec<u16> = (0..3)
         .map(|_| curl(z.addr(), "site.example", &site.0, "/").0)
         .collect();
@@ -479,14 +476,7 @@ fn the_access_log_names_the_tls_version_cipher_sni_and_resumption() {
 
 #[test]
 fn the_waf_and_a_proxy_header_before_tls_work_on_a_tls_listener() {
-    let certs = Certs::new("waf");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json(&config(
-        o.addr(),
-        &tls_block(std::slice::from_ref(&site), ""),
-        r#", "waf": {"deny": ["/forbidden"]}"#,
-    ));
+    let (_certs, site, o, z) = one_site("waf", r#", "waf": {"deny": ["/forbidden"]}"#);
     assert_eq!(curl(z.addr(), "site.example", &site.0, "/open").0, 200);
     assert_eq!(
         curl(z.addr(), "site.example", &site.0, "/forbidden/x").0,
@@ -519,14 +509,7 @@ fn the_waf_and_a_proxy_header_before_tls_work_on_a_tls_listener() {
 
 #[test]
 fn the_connection_limit_counts_tls_connections() {
-    let certs = Certs::new("conn");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json(&config(
-        o.addr(),
-        &tls_block(std::slice::from_ref(&site), ""),
-        r#", "conn_limit": {"max": 1}"#,
-    ));
+    let (_certs, site, o, z) = one_site("conn", r#", "conn_limit": {"max": 1}"#);
     // One kept-alive TLS connection holds the client's one slot.
     let mut held = Command::new("openssl")
         .args(["s_client", "-quiet", "-connect"])
