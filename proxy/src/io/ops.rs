@@ -191,14 +191,14 @@ impl Driver {
         deadline: Option<Instant>,
         cx: &Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        let mut st = self.st.borrow_mut();
+        let what = uring::What::SendOwned(owned);
         match &self.backend {
             Backend::Uring(r) => r.poll_op(
                 self,
-                &mut st,
+                &mut self.st.borrow_mut(),
                 token,
                 op,
-                uring::What::SendOwned(owned),
+                what,
                 deadline,
                 cx,
             ),
