@@ -232,9 +232,21 @@ pub async fn accept(
             put_send_buffer(session.lend_output(take_send_buffer()));
             let r = session.read(&mut inbuf[..len], &mut |d| plain.extend_from_slice(d));
             let out = session.take_output();
-            if r.is_err() {
+            match &r {
                 // The flight is the alert: the connection closes after it.
-                sock.closing();
+                Err(_) => sock.closing(),
+                // The last flight (a TLS 1.3 session ticket) with the
+                // client's first request already here (decrypted into
+                // `plain`, or bytes after its Finished): the connection
+                // goes on with that, not with a peer event.
+                Ok(p)
+                    if p.established
+                        && !out.is_empty()
+                        && (!plain.is_empty() || p.consumed < len) =>
+                {
+                    sock.goes_on()
+                }
+                Ok(_) => {}
             }
             let failed = if out.is_empty() {
                 put_send_buffer(out);

@@ -309,6 +309,14 @@ impl Driver {
         }
     }
 
+    /// Marks `token`'s next send as followed by work on bytes already read
+    /// (uring: it does not count in the park's wait); nothing on epoll.
+    pub(super) fn set_goes_on(&self, token: u32) {
+        if let Backend::Uring(_) = &self.backend {
+            uring::Ring::set_goes_on(&mut self.st.borrow_mut().slots[token as usize]);
+        }
+    }
+
     /// Whether `token`'s held-off receive ended with nothing queued (epoll: always).
     pub(super) fn receive_idle(&self, token: u32) -> bool {
         let mut st = self.st.borrow_mut();

@@ -305,6 +305,17 @@ impl Sock {
         self.driver.set_closing(self.token);
     }
 
+    /// Says that after its next write the caller goes on with bytes it has
+    /// already read from this socket (the request that came with a TLS 1.3
+    /// client's Finished, after which zgix sends its session ticket), not
+    /// with something the peer has still to send: on the ring that send
+    /// does not hold the shard's park for a peer event that would not come
+    /// (the caller waits for its completion). Call it before the write. A
+    /// no-op on epoll.
+    pub fn goes_on(&self) {
+        self.driver.set_goes_on(self.token);
+    }
+
     /// Whether a held-off receive has stopped with nothing left queued
     /// (always on epoll): from now on only splices read the socket.
     pub fn receive_idle(&self) -> bool {

@@ -247,9 +247,17 @@ impl Zgix {
     /// Starts zgix on a raw JSON document and waits for its `ready` line.
     #[track_caller]
     pub fn start_json(json: &str) -> Zgix {
+        Zgix::start_json_env(json, &[])
+    }
+
+    /// [`Zgix::start_json`] with `env` set for zgix alone (a diagnostic
+    /// knob such as `ZGIX_INLINE_BACKSTOP_MS`).
+    #[track_caller]
+    pub fn start_json_env(json: &str, env: &[(&str, &str)]) -> Zgix {
         let json = &with_test_defaults(json);
         let config = TempConfig::new(json);
         let mut child = Command::new(zgix_bin())
+            .envs(env.iter().copied())
             .arg("--config")
             .arg(&config.path)
             .stdin(Stdio::null())

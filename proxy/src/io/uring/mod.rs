@@ -212,6 +212,9 @@ pub(in crate::io) struct USock {
     /// no event from the peer follows these sends, so a park does not count
     /// them as riding on the next one.
     closing: bool,
+    /// The next send is followed by work on bytes already read, not by a
+    /// peer event ([`Ring::set_goes_on`]): not counted in the park's wait.
+    goes_on: bool,
     /// Unread buffers at which this socket's receive is paused: [`RQ_MAX`],
     /// or [`RQ_BULK`] while its bytes are relayed.
     rq_cap: u16,
@@ -257,6 +260,7 @@ impl USock {
             holds: 0,
             recv_one: false,
             closing: false,
+            goes_on: false,
             rq_cap: RQ_MAX,
             addr: None,
             ops: 0,

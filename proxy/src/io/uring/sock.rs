@@ -437,7 +437,11 @@ impl Ring {
         u.ops += 1;
         // A send before zgix's own close is followed by nothing from the
         // peer: counted, it would hold the park until the backstop.
-        let counted = inline && !u.closing;
+        // Nor is a send after which its task goes on with bytes it has
+        // already read (a request that came with the TLS handshake's
+        // Finished): the task waits for this completion, not for the peer.
+        let goes_on = std::mem::take(&mut u.goes_on);
+        let counted = inline && !u.closing && !goes_on;
         if self.push(&e) && counted {
             self.inline_sends.set(self.inline_sends.get() + 1);
         }
@@ -449,6 +453,12 @@ impl Ring {
     /// for one more event on their account.
     pub(in crate::io) fn set_closing(s: &mut Slot) {
         s.be.u().closing = true;
+    }
+
+    /// Marks the socket's next send as followed by work on bytes already
+    /// read, not by a peer event (see [`crate::io::Sock::goes_on`]).
+    pub(in crate::io) fn set_goes_on(s: &mut Slot) {
+        s.be.u().goes_on = true;
     }
 
     /// The watchdog found the listener's accept lost: its accepts are
