@@ -106,6 +106,21 @@ fn one_site(tag: &str, extra_http: &str) -> (Certs, (PathBuf, PathBuf), Origin, 
     (certs, site, o, z)
 }
 
+/// [`one_site`] on one shard with busy polling off, so that every idle
+/// moment is a park (the backstop tests count parks), with `env` for zgix.
+fn one_quiet_shard(tag: &str, env: &[(&str, &str)]) -> (Certs, (PathBuf, PathBuf), Origin, Zgix) {
+    let certs = Certs::new(tag);
+    let site = certs.make("site", &["site.example"], 90);
+    let o = Origin::start();
+    let json = config(o.addr(), &tls_block(std::slice::from_ref(&site), ""), "").replacen(
+        r#""cpus": [0, 1]"#,
+        r#""cpus": [0], "limits": {"busy_poll_us": 0}"#,
+        1,
+    );
+    let z = Zgix::start_json_env(&json, env);
+    (certs, site, o, z)
+}
+
 /// `curl` over TLS to `name` (resolved to `addr`), trusting `ca`; returns
 /// (HTTP status, stderr).
 fn curl(addr: SocketAddr, name: &str, ca: &Path, path: &str) -> (u16, String) {
@@ -668,16 +683,7 @@ fn keep_alive_https_requests_allocate_only_rustls_own_per_record_with_64_b_and_1
 /// held the uring shard for up to 1 ms (issue 19's close stall).
 #[test]
 fn tls_answers_before_zgix_closes_do_not_wait_for_the_backstop() {
-    let certs = Certs::new("backstop");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json(
-        &config(o.addr(), &tls_block(std::slice::from_ref(&site), ""), "").replacen(
-            r#""cpus": [0, 1]"#,
-            r#""cpus": [0], "limits": {"busy_poll_us": 0}"#,
-            1,
-        ),
-    );
+    let (_certs, site, _o, z) = one_quiet_shard("backstop", &[]);
     let start = series(
         &support::metrics_after_tick(&z),
         "zgix_io_backstop_parks_total",
@@ -712,17 +718,7 @@ fn tls_answers_before_zgix_closes_do_not_wait_for_the_backstop() {
 /// connections), which halved the full-handshake rate on uring.
 #[test]
 fn a_request_that_came_with_the_tls13_finished_does_not_wait_for_the_backstop() {
-    let certs = Certs::new("ticket");
-    let site = certs.make("site", &["site.example"], 90);
-    let o = Origin::start();
-    let z = Zgix::start_json_env(
-        &config(o.addr(), &tls_block(std::slice::from_ref(&site), ""), "").replacen(
-            r#""cpus": [0, 1]"#,
-            r#""cpus": [0], "limits": {"busy_poll_us": 0}"#,
-            1,
-        ),
-        &[("ZGIX_INLINE_BACKSTOP_MS", "5")],
-    );
+    let (_certs, _site, o, z) = one_quiet_shard("ticket", &[("ZGIX_INLINE_BACKSTOP_MS", "5")]);
     let start = series(
         &support::metrics_after_tick(&z),
         "zgix_io_backstop_parks_total",
