@@ -16,12 +16,10 @@ use crate::io::{put_send_buffer, take_record_buffer, take_send_buffer};
 pub struct TlsListener {
     pub config: Arc<zgix_tls::ServerConfig>,
     /// The same without ALPN, for a client whose ALPN offer names none of
-    /// `alpn` (`curl --http1.0` offers only `http/1.0`): the handshake goes
+    /// `config.alpn_protocols` (`curl --http1.0` offers only `http/1.0`): the handshake goes
     /// on without ALPN and the connection speaks HTTP/1.x, as with nginx and
     /// HAProxy, instead of failing with `no_application_protocol`.
     pub config_without_alpn: Arc<zgix_tls::ServerConfig>,
-    /// `tls.alpn`, as the ClientHello's offer is compared with it.
-    pub alpn: Vec<Vec<u8>>,
     pub certs: Arc<CertStore>,
     pub handshake_timeout: Duration,
     /// Each certificate's first name and `notAfter` (for the expiry gauge).
@@ -106,14 +104,13 @@ impl TlsListener {
             tickets,
         };
         let config = zgix_tls::server::config(&spec).map_err(|e| vec![(path.to_string(), e)])?;
-        let alpn = std::mem::take(&mut spec.alpn);
+        spec.alpn.clear();
         let config_without_alpn =
             zgix_tls::server::config(&spec).map_err(|e| vec![(path.to_string(), e)])?;
         Ok((
             TlsListener {
                 config,
                 config_without_alpn,
-                alpn,
                 certs,
                 handshake_timeout: Duration::from_millis(t.handshake_timeout_ms),
                 expiry: loaded
@@ -194,7 +191,7 @@ pub async fn accept(
     let mut inspected = false;
     loop {
         if !inspected && len > 0 {
-            match hello::inspect(&inbuf[..len], &tls.alpn) {
+            match hello::inspect(&inbuf[..len], &tls.config.alpn_protocols) {
                 Hello::Incomplete => {}
                 Hello::Plaintext => {
                     refuse(sock, PLAINTEXT_ANSWER).await;

@@ -224,6 +224,7 @@ impl Sock {
         }
         let n = buf.len();
         if n == 0 {
+            super::put_send_buffer(buf);
             return Ok(());
         }
         let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
