@@ -572,7 +572,7 @@ async fn serve_stream(conn: &mut Conn) -> bool {
     match conn.read_head(true, State::Idle).await {
         head::HeadRead::Ready(x) => {
             let shard = conn.shard.clone();
-            let (_, x) = shard.request_futures.run(conn.handle_request(x)).await;
+            let (_, x) = shard.request_futures.run(|| conn.handle_request(x)).await;
             x.rec.decision == Decision::ConnLimited
         }
         head::HeadRead::Bad(e, x) => {
