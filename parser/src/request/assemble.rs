@@ -174,6 +174,9 @@ mod tests {
     use crate::span::Span;
     use crate::Header;
 
+    /// A method, a target and field lines.
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
     fn limits() -> Limits {
         Limits {
             max_request_line: 64,
@@ -243,7 +246,7 @@ mod tests {
     #[test]
     fn a_rendered_head_is_what_parse_makes_of_its_bytes() {
         let h = ("host", "a.example");
-        let cases: &[(&str, &str, &[(&str, &str)])] = &[
+        let cases: &[Case] = &[
             ("GET", "/", &[h]),
             ("GET", "/a/../b/./c?x=1&y", &[h, ("accept", "*/*")]),
             ("POST", "/up", &[h, ("content-length", "5")]),
@@ -297,7 +300,7 @@ mod tests {
         let long = format!("/{}", "a".repeat(80));
         let many: Vec<(&str, &str)> = std::iter::repeat_n(("x-a", "1"), 9).chain([h]).collect();
         let big = "v".repeat(300);
-        let cases: &[(&str, &str, &[(&str, &str)])] = &[
+        let cases: &[Case] = &[
             ("GET", &long, &[h]),
             ("GET", "/", &many),
             ("GET", "/", &[h, ("x-big", &big)]),
