@@ -44,10 +44,11 @@ fn word_suspect(w: u64, lo: u8) -> bool {
 /// Whether every byte of `s` passes `ok`: words with no byte below `lo`
 /// and no DEL pass at once (every such byte passes `ok`), the others and
 /// the tail byte by byte.
-fn all_bytes(s: &[u8], lo: u8, ok: fn(u8) -> bool) -> bool {
+#[inline]
+fn all_bytes(s: &[u8], lo: u8, ok: impl Fn(u8) -> bool) -> bool {
     let mut words = s.chunks_exact(8);
     for c in &mut words {
-        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let w = u64::from_ne_bytes(c.try_into().unwrap_or_default());
         if word_suspect(w, lo) && !c.iter().all(|&b| ok(b)) {
             return false;
         }
