@@ -1,4 +1,4 @@
-//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2; a 1xx interim answer becomes an informational HEADERS, §8.1), sent as the stream's flow-control window allows.
+//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request is rendered as an HTTP/1.1 head and body (`:authority` becomes Host, a body without Content-Length is chunked, RFC 9113 §8.3.1) — the head into the exchange's buffer with its pieces' spans, taken parsed ([`render_in_place`]), or as text the loop parses — and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2; a 1xx interim answer becomes an informational HEADERS, §8.1), sent as the stream's flow-control window allows.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -336,8 +336,9 @@ fn timed_out() -> io::Error {
 }
 
 impl StreamIo {
-    /// The stream's client: its request head already rendered, the body
-    /// still to come and whether it goes chunked.
+    /// The stream's client: the bytes it starts with (the head as text,
+    /// or none when the head was written in place), the body still to
+    /// come and whether it goes chunked.
     pub(super) fn new(
         driver: Rc<Driver>,
         facts: (Option<TlsFacts>, Option<Rc<[u8]>>),
