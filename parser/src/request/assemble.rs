@@ -288,11 +288,60 @@ mod tests {
                 &[h, ("x-forwarded-for", "1.2.3.4"), ("cookie", "a=1; b=2")],
             ),
             ("GET", "/caf\u{e9}", &[h]),
+            ("GET", "/a?q=caf\u{e9}&r=\"x\"{}|^`", &[h]),
+            ("GET", "/a?q=%e9%2", &[h]),
             ("GET", "/", &[h, ("x-v", "caf\u{e9} au\tlait")]),
         ];
         for (m, t, f) in cases {
             assert!(agrees(m, t, f), "{m} {t} {f:?}: not assembled");
         }
+    }
+
+    /// Every byte in every piece: the assembler answers as `parse` does or
+    /// leaves the head to it.
+    #[test]
+    fn every_byte_anywhere_gets_parses_answer_or_none() {
+        let mut answered = 0;
+        for b in 0..=255u8 {
+            let c = String::from_utf8_lossy(&[b]).into_owned();
+            if c.len() != 1 {
+                // Not one byte as a &str: rendered below as raw bytes.
+                continue;
+            }
+            let pieces = [
+                (format!("G{c}T"), "/a".to_string(), ("x-a", "1".to_string())),
+                ("GET".into(), format!("/a{c}b"), ("x-a", "1".into())),
+                ("GET".into(), format!("/a?q{c}"), ("x-a", "1".into())),
+                ("GET".into(), "/a".into(), ("x-a", format!("1{c}2"))),
+                ("GET".into(), "/a".into(), ("x-a", format!("{c}2"))),
+            ];
+            for (m, t, (n, v)) in &pieces {
+                answered += usize::from(agrees(m, t, &[("host", "a"), (n, v)]));
+            }
+            let name = format!("x{c}a");
+            answered += usize::from(agrees("GET", "/", &[("host", "a"), (&name, "1")]));
+        }
+        // Bytes outside ASCII, raw: in the target and in a value.
+        for b in 0x80..=0xffu8 {
+            for at in [0usize, 1] {
+                let (mut buf, mut head) = render("GET", "/aa", &[("host", "a"), ("x-a", "vv")]);
+                let i = if at == 0 {
+                    head.target.start as usize + 1
+                } else {
+                    head.headers[1].value.start as usize
+                };
+                buf[i] = b;
+                if let Some(r) = RequestParser::new(limits()).assemble(&buf, &mut head) {
+                    let (want, parsed_head) = parsed(&buf);
+                    assert_eq!(r, want, "{b:#x}");
+                    if r.is_ok() {
+                        assert_eq!(head, parsed_head, "{b:#x}");
+                    }
+                    answered += 1;
+                }
+            }
+        }
+        assert!(answered > 300, "most heads are assembled ({answered})");
     }
 
     #[test]
