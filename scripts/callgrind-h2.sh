@@ -7,13 +7,19 @@
 # streams per connection, as bench-h2.sh's second row) for N and 5N
 # requests; (instructions(5N) - instructions(N)) / 4N of the shard thread,
 # so start-up and the connections' set-up cancel out. With --baseline-bin
-# the two binaries run in interleaved rounds; medians.
+# the two binaries run in interleaved rounds; medians. With --h1 the same
+# for HTTP/1.1 (`h2load --h1 -c 4 -m 1`: four keep-alive connections, one
+# request at a time each, on a plain listener), the path an h2 change must
+# not make slower; those counts move by a few per cent from run to run with
+# how requests fall into event-loop turns (more idle turns and waits when
+# they arrive one by one), so compare the request path's subtree in --keep
+# files (`Conn::run`) as well.
 set -euo pipefail
 
 usage() {
     cat <<'USAGE'
 usage: scripts/callgrind-h2.sh [--requests N] [--rounds R] [--baseline-bin PATH]
-                               [--keep DIR] [--no-build]
+                               [--keep DIR] [--no-build] [--h1]
 
 Needs valgrind, h2load and python3. Prints instructions per request of the
 shard thread for this tree's release zgix (and the baseline binary, if
@@ -25,10 +31,11 @@ given). Everything started is stopped on exit; only 127.0.0.1 is used.
   --keep DIR          keep the 5N runs' callgrind files there (for
                       callgrind_annotate --inclusive=yes)
   --no-build          use the release binaries already built
+  --h1                HTTP/1.1 keep-alive requests instead of h2c streams
 USAGE
 }
 
-n=2000 rounds=3 base="" keep="" build=1
+n=2000 rounds=3 base="" keep="" build=1 h1=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --requests) n="$2"; shift 2 ;;
@@ -36,6 +43,7 @@ while [ $# -gt 0 ]; do
         --baseline-bin) base="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
+        --h1) h1=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "callgrind-h2: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -69,9 +77,11 @@ run() {
     lport="$(free_port)"
     dir="$tmp/$tag-$count"
     mkdir -p "$dir"
+    local h2cfg='"http2": {"prior_knowledge": true},' load=(-c 4 -m 100)
+    [ "$h1" = 1 ] && h2cfg="" load=(--h1 -c 4 -m 1)
     cat >"$dir/zgix.json" <<JSON
 {"cpus": [0], "io": {"driver": "epoll"},
- "listeners": [{"bind": "127.0.0.1:$lport", "http2": {"prior_knowledge": true},
+ "listeners": [{"bind": "127.0.0.1:$lport", $h2cfg
    "http": {"cluster": "o"}}],
  "clusters": {"o": {"endpoints": ["127.0.0.1:$oport"]}}}
 JSON
@@ -80,7 +90,7 @@ JSON
     vpid=$!
     wait_line "$dir/zgix.log" "ready ("
     local out ok
-    out="$(h2load -n "$count" -c 4 -m 100 "http://127.0.0.1:$lport/" 2>&1)"
+    out="$(h2load -n "$count" "${load[@]}" "http://127.0.0.1:$lport/" 2>&1)"
     ok="$(awk '/^status codes:/ {print $3}' <<<"$out")"
     [ "$ok" = "$count" ] || { echo "callgrind-h2: $tag answered $ok of $count with 2xx:" >&2; echo "$out" >&2; exit 1; }
     kill -TERM "$vpid" 2>/dev/null || true
@@ -96,8 +106,9 @@ JSON
 tags=(zgix)
 [ -n "$base" ] && tags=(base zgix)
 bin_of() { case "$1" in base) echo "$base" ;; zgix) echo "$zgix_bin" ;; esac; }
-printf 'callgrind-h2: %d and %d requests, h2load -c 4 -m 100, h2c prior knowledge, 64-byte answers, %d interleaved rounds\n' \
-    "$n" $((5 * n)) "$rounds"
+if [ "$h1" = 1 ]; then what="h2load --h1 -c 4 -m 1, HTTP/1.1 keep-alive"; else what="h2load -c 4 -m 100, h2c prior knowledge"; fi
+printf 'callgrind-h2: %d and %d requests, %s, 64-byte answers, %d interleaved rounds\n' \
+    "$n" $((5 * n)) "$what" "$rounds"
 declare -A all
 for r in $(seq "$rounds"); do
     for t in "${tags[@]}"; do

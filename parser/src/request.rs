@@ -302,5 +302,6 @@ fn version_error(request_line: &[u8]) -> ParseError {
     }
 }
 
+mod assemble;
 #[cfg(test)]
 mod tests;

@@ -364,3 +364,47 @@ fn an_origins_100_and_103_reach_the_h2_client_as_informational_headers() {
     );
     assert_eq!(out.stdout, b"ok\n");
 }
+
+/// A stream's head reaches the request loop parsed already (assembled from
+/// its fields), or as text when the assembler leaves it to the parser
+/// (here: more fields than `max_headers`); either way a stream gets the
+/// answer its head gets from an HTTP/1.1 client, and the connection goes on.
+#[test]
+fn stream_heads_get_the_parsers_answers_whether_assembled_or_parsed() {
+    let o = Origin::start();
+    let z = Zgix::start_json(&h2c_config(
+        o.addr(),
+        "",
+        r#", "limits": {"max_headers": 8}"#,
+    ));
+    let url = format!("http://127.0.0.1:{}", z.listeners[0].port());
+    let get = |args: &[&str], path: &str| {
+        let args = [&["--http2-prior-knowledge"][..], args].concat();
+        let (code, version, err) = curl(&args, &format!("{url}{path}"));
+        assert_eq!(version, "2", "{err}");
+        code
+    };
+    assert_eq!(get(&[], "/a/../b"), 200);
+    // RFC 9110 §10.1.1: an expectation zgix cannot meet.
+    assert_eq!(get(&["-H", "expect: fancy"], "/a"), 417);
+    // A lone "%" is no pct-encoding (RFC 3986 §2.1).
+    assert_eq!(get(&["--path-as-is"], "/a%zz"), 400);
+    let many: Vec<String> = (0..10).map(|i| format!("x-f{i}: v")).collect();
+    let mut args = Vec::new();
+    for h in &many {
+        args.extend(["-H", h.as_str()]);
+    }
+    assert_eq!(get(&args, "/a"), 431);
+    let m = metrics_text(&z);
+    for (code, n) in [("200", 1.0), ("400", 1.0), ("417", 1.0), ("431", 1.0)] {
+        assert_eq!(
+            series(
+                &m,
+                &format!("zgix_http_responses_total{{listener=\"h2c\",code=\"{code}\"}}")
+            ),
+            n,
+            "{m}"
+        );
+    }
+    assert_eq!(get(&[], "/c"), 200, "the listener still serves");
+}

@@ -241,7 +241,7 @@ impl Conn {
             };
             first = false;
             let shard = self.shard.clone();
-            let (next, x) = shard.request_futures.run(self.handle_request(x)).await;
+            let (next, x) = shard.request_futures.run(|| self.handle_request(x)).await;
             if next == Next::Close {
                 Box::pin(self.close_gracefully(Some(x))).await;
                 return;

@@ -34,7 +34,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use zgix_admission::ConnGuard;
 
 use super::client::ClientConn;
-use super::state::{self, State};
+use super::state::{self, Held, State};
+use super::Exchange;
 use super::{head, shard, Conn};
 use crate::http::respond::status_for;
 use crate::observe::decision::Decision;
@@ -512,24 +513,30 @@ impl Parent<'_> {
         async move {
             let (parts, body) = req.into_parts();
             let has_body = !body.is_end_stream();
-            let mut head = stream::take_request_buffer();
             let mut respond = respond;
-            let chunked = match stream::render_request(&parts, has_body, &mut head) {
-                Ok(c) => c,
+            let (head, text, chunked) = match stream_head(&shard, li, &parts, has_body) {
+                Ok(h) => h,
                 Err(_) => {
                     respond.send_reset(::h2::Reason::PROTOCOL_ERROR);
                     shard.counters.listeners[li].h2_refused[Refusal::StreamError as usize].inc();
                     return false;
                 }
             };
+            // An in-place head counts as read already, as when the loop
+            // reads it (the access log's byte counts begin with it).
+            let rx = match &head {
+                StreamHead::InPlace(x) => x.cl.pending() as u64,
+                StreamHead::Text => 0,
+            };
             let io = StreamIo::new(
                 shard.driver.clone(),
                 (tls, sni),
                 (shared, u32::from(respond.stream_id())),
-                (head, has_body.then_some(body), chunked),
+                (text, has_body.then_some(body), chunked),
                 &parts.method,
                 respond,
             );
+            io.rx.set(rx);
             io.write_timeout.set(Some(shard.rt.timeouts.client_idle));
             let wr = io.writer();
             let mut conn = Conn {
@@ -544,7 +551,7 @@ impl Parent<'_> {
                 token: None,
             };
             let serve = async {
-                let limited = serve_stream(&mut conn).await;
+                let limited = serve_stream(&mut conn, head).await;
                 if conn.conn_checked {
                     streams.checked.set(true);
                 }
@@ -566,13 +573,69 @@ impl Parent<'_> {
     }
 }
 
+/// A stream's request head, as the request loop takes it.
+enum StreamHead {
+    /// Written into the client buffer of the exchange it is handled in,
+    /// with its pieces' spans: assembled, not parsed again.
+    InPlace(Held),
+    /// Rendered as text for the loop to read and parse, as from a socket:
+    /// it did not fit the client buffer or the field slots, or no
+    /// exchange could be taken here (the loop then answers 503).
+    Text,
+}
+
+/// The stream's request head (see [`StreamHead`]), the bytes its client
+/// starts with (the text head, or none), and whether its body goes
+/// chunked; `Err` for a request HTTP/1.1 cannot carry.
+fn stream_head(
+    shard: &Rc<shard::Shard>,
+    li: usize,
+    parts: &http::request::Parts,
+    has_body: bool,
+) -> Result<(StreamHead, Vec<u8>, bool), stream::Unfit> {
+    if let Ok(mut x) = state::take(shard, li) {
+        let slots = shard.rt.request_limits.header_slots();
+        let ex: &mut Exchange = &mut x;
+        if let Some(chunked) =
+            stream::render_in_place(parts, has_body, ex.cl.spare(), &mut ex.req, slots)?
+        {
+            let n = ex.req.head_len;
+            ex.cl.filled(n);
+            // Body bytes come in a pooled buffer, as after a text head.
+            let body = if has_body {
+                stream::take_request_buffer()
+            } else {
+                Vec::new()
+            };
+            return Ok((StreamHead::InPlace(x), body, chunked));
+        }
+    }
+    let mut text = stream::take_request_buffer();
+    let r = stream::render_request(parts, has_body, &mut text)?;
+    Ok((StreamHead::Text, text, r.chunked))
+}
+
 /// The request loop, once, over the stream's client. Returns whether the
 /// connection limit refused the request.
-async fn serve_stream(conn: &mut Conn) -> bool {
-    match conn.read_head(true, State::Idle).await {
+async fn serve_stream(conn: &mut Conn, head: StreamHead) -> bool {
+    let read = match head {
+        StreamHead::InPlace(mut x) => {
+            let shard = conn.shard.clone();
+            let ex: &mut Exchange = &mut x;
+            match shard.req_parser.assemble(ex.cl.bytes(), &mut ex.req) {
+                Some(Ok(())) => head::HeadRead::Ready(x),
+                Some(Err(e)) => head::HeadRead::Bad(e, x),
+                // What the parser might answer otherwise: it reads the
+                // same bytes, as from any client.
+                None => conn.read_head(true, State::Busy(x)).await,
+            }
+        }
+        StreamHead::Text => conn.read_head(true, State::Idle).await,
+    };
+    match read {
         head::HeadRead::Ready(x) => {
             let shard = conn.shard.clone();
-            let (_, x) = shard.request_futures.run(conn.handle_request(x)).await;
+            let (_, x) = shard.request_futures.run(|| conn.handle_request(x)).await;
             x.rec.decision == Decision::ConnLimited
         }
         head::HeadRead::Bad(e, x) => {
