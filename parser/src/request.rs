@@ -173,12 +173,6 @@ impl RequestParser {
         head.version = Version::from_minor(req.version.unwrap_or(1));
         head.target = Span::of(buf, req.path.unwrap_or_default().as_bytes());
         head.head_len = head_len;
-        // The line ends in "HTTP/1.x", whose "/" stands in for an empty absolute-form path.
-        let target = parse_target(buf, head.target, head.method, line_end - 4)?;
-        head.path = target.path;
-        head.query = target.query;
-        head.authority = target.authority;
-
         head.headers.clear();
         for h in req.headers.iter() {
             head.headers.push(Header {
@@ -187,6 +181,27 @@ impl RequestParser {
                 kind: HeaderKind::of(h.name.as_bytes()),
             });
         }
+        self.complete(buf, head, line_end)?;
+        Ok(Status::Complete(()))
+    }
+
+    /// What follows tokenising (`parse`'s httparse pass, or `assemble`'s span
+    /// checks), in one order for both: the request-target's form, the fields'
+    /// rules, framing, Expect, persistence and the canonical path. `head`'s
+    /// method, version, target, head length and field spans are set;
+    /// `line_end` is where the request line's CRLF starts.
+    fn complete(
+        &self,
+        buf: &[u8],
+        head: &mut RequestHead,
+        line_end: usize,
+    ) -> Result<(), ParseError> {
+        // The line ends in "HTTP/1.x", whose "/" stands in for an empty absolute-form path.
+        let target = parse_target(buf, head.target, head.method, line_end - 4)?;
+        head.path = target.path;
+        head.query = target.query;
+        head.authority = target.authority;
+
         let fields = Fields::scan(buf, &mut head.headers);
 
         // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
@@ -228,7 +243,7 @@ impl RequestParser {
         } else {
             canonicalize_path(head.path.get(buf), &mut head.canonical_path)?;
         }
-        Ok(Status::Complete(()))
+        Ok(())
     }
 
     /// Request body framing, RFC 9112 §6.3 rules 3-7, strictest reading throughout.

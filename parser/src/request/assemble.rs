@@ -3,18 +3,17 @@
 //! The renderer knows where the method, the target and each field line are;
 //! [`RequestParser::assemble`] checks that those spans tile the head in the
 //! one layout below and that each piece holds only bytes httparse accepts
-//! there, then runs the same checks `parse` runs after tokenising (limits,
+//! there, then runs the checks `parse` runs after tokenising — the same
+//! function, `RequestParser::complete` (limits,
 //! RFC 9112 §3.2 target forms, §3.2 Host, §6.3 framing, RFC 9110 §10.1.1
 //! Expect, §9.3 persistence, the canonical path) in the same order. Where
 //! `parse` might answer differently (a byte it would refuse, a value it
 //! would trim, a limit) it answers `None`, and the caller parses the same
 //! bytes: so the outcome is always `parse`'s.
 
-use super::{Fields, HeaderKind, ParseError, RequestHead, RequestParser, Version};
+use super::{HeaderKind, ParseError, RequestHead, RequestParser, Version};
 use crate::message::Method;
-use crate::path::canonicalize_path;
-use crate::syntax::{is_tchar, valid_host_port};
-use crate::target::parse_target;
+use crate::syntax::is_tchar;
 
 /// The request line's end after the target.
 const LINE_END: &[u8] = b" HTTP/1.1\r\n";
@@ -118,52 +117,9 @@ impl RequestParser {
         if at + 2 != len || &buf[at..] != b"\r\n" {
             return None;
         }
-        Some(self.complete(buf, head, line_end))
-    }
-
-    /// What `parse` does once httparse has tokenised the head, in its order.
-    fn complete(
-        &self,
-        buf: &[u8],
-        head: &mut RequestHead,
-        line_end: usize,
-    ) -> Result<(), ParseError> {
-        head.method = Method::from_bytes(head.method_span.get(buf));
+        head.method = Method::from_bytes(m.get(buf));
         head.version = Version::Http11;
-        // The line ends in "HTTP/1.1", whose "/" stands in for an empty absolute-form path.
-        let target = parse_target(buf, head.target, head.method, line_end - 4)?;
-        head.path = target.path;
-        head.query = target.query;
-        head.authority = target.authority;
-        let fields = Fields::scan(buf, &mut head.headers);
-        // RFC 9112 §3.2: one valid Host on HTTP/1.1.
-        if fields.host_count != 1 || fields.host.is_some_and(|h| !valid_host_port(h.get(buf))) {
-            return Err(ParseError::BadHost);
-        }
-        head.host = fields.host;
-        // Connection = #connection-option, each a token (RFC 9110 §7.6.1).
-        if fields.conn_invalid {
-            return Err(ParseError::Malformed);
-        }
-        head.body = self.body(&fields, head.version)?;
-        head.content_length = fields.content_length;
-        // RFC 9110 §10.1.1, on HTTP/1.1 (see `parse`).
-        head.expect_continue = false;
-        if fields.expect_present {
-            if !fields.expect_all_continue {
-                return Err(ParseError::ExpectationFailed);
-            }
-            head.expect_continue = true;
-        }
-        // RFC 9112 §9.3: HTTP/1.1 persists unless "close" is an option.
-        head.keep_alive = !fields.conn_close;
-        if target.asterisk {
-            head.canonical_path.clear();
-            head.canonical_path.push(b'*');
-        } else {
-            canonicalize_path(head.path.get(buf), &mut head.canonical_path)?;
-        }
-        Ok(())
+        Some(self.complete(buf, head, line_end))
     }
 }
 
