@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use zgix_parser::{Header, HeaderKind, RequestHead, ResponseHead, Version};
 
 use crate::http::filters::{FiltersRt, Walk};
+use crate::observe::decimal::decimal;
 
 /// A client address as text, formatted once per connection: X-Forwarded-For
 /// is written on every request.
@@ -282,7 +283,9 @@ pub fn write_interim_head(out: &mut Vec<u8>, base: &[u8], resp: &ResponseHead, v
 /// every client (RFC 9110 §6.2), whatever the origin's version.
 fn status_line(out: &mut Vec<u8>, base: &[u8], resp: &ResponseHead) {
     out.clear();
-    let _ = write!(out, "HTTP/1.1 {} ", resp.status);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    decimal(out, u64::from(resp.status));
+    out.push(b' ');
     out.extend_from_slice(resp.reason.get(base));
     out.extend_from_slice(b"\r\n");
 }
@@ -293,7 +296,9 @@ fn field(out: &mut Vec<u8>, base: &[u8], h: &Header, length: &mut Option<u64>) {
     if h.kind == HeaderKind::ContentLength {
         let Some(n) = length.take() else { return };
         out.extend_from_slice(h.name.get(base));
-        let _ = write!(out, ": {n}\r\n");
+        out.extend_from_slice(b": ");
+        decimal(out, n);
+        out.extend_from_slice(b"\r\n");
         return;
     }
     out.extend_from_slice(h.name.get(base));

@@ -6,6 +6,7 @@ use zgix_config::AccessLogFormat;
 
 use super::{Names, Record, Target};
 use crate::observe::clock::{write_rfc3339_ms, SecondCache};
+use crate::observe::decimal::decimal;
 use crate::observe::decision::{write_decision, Decision};
 
 /// Worst-case growth of a byte through escaping (`\u00XX` in JSON).
@@ -40,7 +41,14 @@ pub(super) fn filter_name<'a>(rt: &'a dyn Names, r: &Record) -> Option<&'a str> 
 
 /// Milliseconds with microsecond precision: `12.345`.
 pub(super) fn ms(out: &mut Vec<u8>, us: u64) {
-    let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
+    decimal(out, us / 1000);
+    let frac = (us % 1000) as u16;
+    out.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
 }
 
 /// Combined-log style: strings in double quotes with `"`, `\` and any byte
@@ -63,7 +71,11 @@ fn text(
     } else {
         request_text(out, query, r, t, escape_text);
     }
-    let _ = write!(out, "\" {} {} {} ", r.status, r.bytes_in, r.bytes_out);
+    out.extend_from_slice(b"\" ");
+    for n in [u64::from(r.status), r.bytes_in, r.bytes_out] {
+        decimal(out, n);
+        out.push(b' ');
+    }
     ms(out, r.duration_us);
     out.push(b' ');
     match r.upstream.and_then(|e| rt.endpoint(e)) {
@@ -77,7 +89,9 @@ fn text(
         Some(us) => ms(out, us),
         None => out.push(b'-'),
     }
-    let _ = write!(out, " {} \"", r.retries);
+    out.push(b' ');
+    decimal(out, u64::from(r.retries));
+    out.extend_from_slice(b" \"");
     let at = out.len();
     write_decision(out, r.decision, filter_name(rt, r));
     escape_tail(out, at, escape_text);
@@ -182,11 +196,13 @@ fn json(
     json_opt(out, t.query.filter(|_| query));
     out.extend_from_slice(b",\"version\":");
     json_opt(out, r.protocol().map(str::as_bytes));
-    let _ = write!(
-        out,
-        ",\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"duration_ms\":",
-        r.status, r.bytes_in, r.bytes_out
-    );
+    out.extend_from_slice(b",\"status\":");
+    decimal(out, u64::from(r.status));
+    out.extend_from_slice(b",\"bytes_in\":");
+    decimal(out, r.bytes_in);
+    out.extend_from_slice(b",\"bytes_out\":");
+    decimal(out, r.bytes_out);
+    out.extend_from_slice(b",\"duration_ms\":");
     ms(out, r.duration_us);
     out.extend_from_slice(b",\"upstream\":");
     match r.upstream.and_then(|e| rt.endpoint(e)) {
@@ -200,7 +216,9 @@ fn json(
         Some(us) => ms(out, us),
         None => out.extend_from_slice(b"null"),
     }
-    let _ = write!(out, ",\"retries\":{},\"decision\":\"", r.retries);
+    out.extend_from_slice(b",\"retries\":");
+    decimal(out, u64::from(r.retries));
+    out.extend_from_slice(b",\"decision\":\"");
     let at = out.len();
     write_decision(out, r.decision, filter_name(rt, r));
     escape_tail(out, at, escape_json);
