@@ -249,6 +249,45 @@ fn a_shard_at_its_cap_leaves_connections_in_the_backlog_then_serves_them() {
     }
 }
 
+#[test]
+fn a_paused_listener_leaves_every_later_connection_in_the_backlog() {
+    // A cap that is not a multiple of the ring's accepts in flight (4):
+    // the last batch armed before the cap has accepts left over, which
+    // must not take the next clients off the backlog while the shard
+    // waits below its cap (they would be held, unserved, by a full shard).
+    const CAP: usize = 5;
+    const LATER: usize = 10;
+    let origin = Origin::start();
+    for driver in drivers() {
+        let zgix = start_on(
+            &Config::new(&[origin.addr()])
+                .cpus(&[0])
+                .admin()
+                .limit("max_connections", CAP as u64),
+            driver,
+        );
+        let mut clients = burst(&zgix, CAP);
+        wait_for("the shard to reach its cap", || {
+            support::metric(&zgix, "zgix_connections_active") >= CAP as f64
+                && support::metric(&zgix, "zgix_accept_pauses_total") >= 1.0
+        });
+        let rest = burst(&zgix, LATER);
+        // A request answered on a held connection (the others stay open, so
+        // the shard stays at its cap): it has run, and entered the ring,
+        // since the later clients connected.
+        let mut first = Client::from_stream(clients.swap_remove(0));
+        assert_eq!(first.get("/").status, 200, "{driver:?}: a held connection");
+        let port = zgix.addr().port();
+        let _ = wait_until(|| backlog(port) >= LATER);
+        assert_eq!(
+            backlog(port),
+            LATER,
+            "{driver:?}: a paused listener took clients off the backlog"
+        );
+        drop((first, clients, rest));
+    }
+}
+
 /// This process's child `pid`'s address-space limit (`RLIMIT_AS`), soft
 /// part only: `None` lifts it again.
 fn limit_address_space(pid: u32, bytes: Option<u64>) {

@@ -406,6 +406,8 @@ impl Driver {
         if on {
             s.rd.wake();
             self.kick();
+        } else if let Backend::Uring(r) = &self.backend {
+            r.stop_accepts(s, token);
         }
     }
 

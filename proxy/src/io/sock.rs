@@ -485,9 +485,10 @@ impl Listener {
     }
 
     /// Stops taking connections off the backlog until [`Listener::resume`]:
-    /// the ring submits no more accepts (at most
-    /// [`super::uring::ACCEPTS_IN_FLIGHT`] already submitted may still
-    /// complete; [`Listener::accept`] hands those out, paused or not).
+    /// the ring cancels the accepts it has armed and submits no more (one of
+    /// the [`super::uring::ACCEPTS_IN_FLIGHT`] that completed before the
+    /// cancel may still hold a connection; [`Listener::accept`] hands those
+    /// out, paused or not).
     pub fn pause(&self) {
         if !self.paused.replace(true) {
             self.driver.set_accepting(self.token, false);

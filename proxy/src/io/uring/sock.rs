@@ -472,6 +472,15 @@ impl Ring {
         }
     }
 
+    /// The listener was paused: its armed accepts are cancelled, so none of
+    /// them takes a connection that arrives later off the backlog (one that
+    /// completed first hands out its descriptor, paused or not).
+    pub(in crate::io) fn stop_accepts(&self, s: &mut Slot, token: u32) {
+        if s.be.u().accepts_armed > 0 {
+            self.cancel(K_ACCEPT, token, s.gen);
+        }
+    }
+
     /// An accepted descriptor or error, if one is there; otherwise, unless
     /// the listener is paused, accepts are submitted so that at most
     /// [`ACCEPTS_IN_FLIGHT`] are outstanding or waiting to be taken.
