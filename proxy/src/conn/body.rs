@@ -12,6 +12,7 @@ use zgix_parser::{
 };
 
 use std::cell::Cell;
+use std::io::Write as _;
 
 use super::bulk::{takes_bulk, Lane, Progress, RelayEnd};
 use super::client::ClientConn;
@@ -117,21 +118,46 @@ impl Upload<'_> {
                     }
                 }
                 BodyKind::Chunked => {
-                    many(self.client);
+                    // Both ends plaintext: the data of a large chunk may take
+                    // the bulk path, and the receive mode is left as the last
+                    // body set it until a chunk decides (as for responses).
+                    let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
+                    if bulk.is_none() {
+                        many(self.client);
+                    }
+                    let mut spliced = false;
                     // RFC 9112 §7.1.1: zgix interprets no chunk extension, so
                     // the origin gets the body re-encoded without any (and
                     // without trailers): no extension parser of the origin's
                     // can disagree with zgix's.
                     *self.chunked = ChunkedDecoder::new(self.shard.rt.request_limits.max_body);
-                    let want = cl.capacity() + zgix_parser::RECHUNK_SLACK;
+                    let want = cl.capacity() + zgix_parser::RECHUNK_SLACK + BULK_CHUNK_FRAMING;
                     if self.rechunked.capacity() < want {
                         self.rechunked.reserve_exact(want);
                     }
+                    // The CRLF that ends a chunk whose data went on the bulk
+                    // path, sent with the next framing.
+                    let mut crlf = false;
                     loop {
                         self.rechunked.clear();
+                        if std::mem::take(&mut crlf) {
+                            self.rechunked.extend_from_slice(b"\r\n");
+                        }
                         let r = zgix_parser::rechunk(self.chunked, cl.bytes(), self.rechunked)
                             .map_err(Fail::ClientBad)?;
                         cl.consume(r.consumed);
+                        // All buffered bytes re-encoded and the chunk still owes
+                        // its rest: that rest goes on as a chunk of its own, its
+                        // size line here, its data socket to socket, its CRLF
+                        // with the next framing (the same re-encoding `rechunk`
+                        // makes: one chunk per data run, no extensions).
+                        let owed = self.chunked.data_owed();
+                        let big = bulk.filter(|(c, _)| {
+                            cl.pending() == 0 && super::bulk::takes_bulk_chunk(owed, c)
+                        });
+                        if big.is_some() {
+                            let _ = write!(self.rechunked, "{owed:x}\r\n");
+                        }
                         if !self.rechunked.is_empty() {
                             self.up
                                 .write_all(self.rechunked)
@@ -141,12 +167,26 @@ impl Upload<'_> {
                         if r.done {
                             break;
                         }
+                        if let Some((c, u)) = big {
+                            let lane = super::bulk::lane(c, true);
+                            relay_up(c, u, owed, cl.scratch(), lane).await?;
+                            self.chunked.skip_data(owed);
+                            (spliced, crlf) = (true, true);
+                        }
                         cl.compact();
                         if cl.is_full() {
                             return Err(Fail::ClientBad(ParseError::BadChunk));
                         }
-                        let n = read_client(self.client, cl.spare()).await?;
+                        let spare = cl.spare();
+                        let room = match big {
+                            Some(_) => FRAMING_READ.min(spare.len()),
+                            None => spare.len(),
+                        };
+                        let n = read_client(self.client, &mut spare[..room]).await?;
                         cl.filled(n);
+                    }
+                    if bulk.is_some() && !spliced {
+                        many(self.client);
                     }
                 }
             }
@@ -157,6 +197,18 @@ impl Upload<'_> {
         r
     }
 }
+
+/// Room for the framing the bulk path adds around a chunk's data in one
+/// re-encoded write (beyond `RECHUNK_SLACK`): the CRLF ending the last
+/// spliced chunk and a size line of up to 16 hex digits and its CRLF.
+const BULK_CHUNK_FRAMING: usize = 2 + 16 + 2;
+
+/// The most read for the framing after a chunk whose data took the bulk
+/// path: the CRLF and the next size line (RFC 9112 §7.1) are usually a few
+/// bytes, and the next chunk's data should stay in the socket for its own
+/// splices (a whole buffer's read copied up to 64 KiB of it per chunk on
+/// epoll). A longer line, or a small chunk, is read on at full size.
+const FRAMING_READ: usize = 4 << 10;
 
 /// One read from the client; EOF and stalls end the exchange.
 async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail> {
@@ -446,7 +498,16 @@ impl Download<'_> {
                 reusable = pos == *self.uend;
             }
             ResponseBody::Chunked => {
-                self.up.sock().receive_one(false);
+                // Relayed raw, both ends plaintext: the data of a large chunk
+                // may take the bulk path (`bulk.rs`). The receive mode is then
+                // left as the last body set it until a chunk decides.
+                let bulk = super::bulk::plain(self.client)
+                    .zip(super::bulk::plain_up(self.up))
+                    .filter(|_| !dechunk);
+                if bulk.is_none() {
+                    self.up.sock().receive_one(false);
+                }
+                let (mut spliced, mut next_small) = (false, false);
                 *self.chunked = ChunkedDecoder::new(u64::MAX);
                 let mut head_pending = true;
                 loop {
@@ -456,6 +517,21 @@ impl Download<'_> {
                     if done {
                         break;
                     }
+                    // Everything buffered is scanned and written on (the head
+                    // too), and the chunk still owes its rest: that moves
+                    // socket to socket, then the decoder skips it and scans
+                    // the CRLF after it from the next read (RFC 9112 §7.1).
+                    let owed = self.chunked.data_owed();
+                    if let Some((c, u)) = bulk.filter(|(c, _)| {
+                        pos == *self.uend && super::bulk::takes_bulk_chunk(owed, c)
+                    }) {
+                        let lane = super::bulk::lane(u, true);
+                        relay_down(u, c, owed, &mut self.ubuf[..], lane).await?;
+                        self.chunked.skip_data(owed);
+                        spliced = true;
+                        (pos, *self.uend) = (0, 0);
+                        next_small = true;
+                    }
                     let rest = *self.uend - pos;
                     self.ubuf.copy_within(pos..*self.uend, 0);
                     *self.uend = rest;
@@ -464,11 +540,18 @@ impl Download<'_> {
                         return Err(Fail::Upstream(UpstreamError::BadResponse));
                     }
                     let at = *self.uend;
-                    match self.up.read(&mut self.ubuf[at..]).await {
+                    let end = match std::mem::take(&mut next_small) {
+                        true => (at + FRAMING_READ).min(self.ubuf.len()),
+                        false => self.ubuf.len(),
+                    };
+                    match self.up.read(&mut self.ubuf[at..end]).await {
                         Ok(0) => return Err(Fail::Upstream(UpstreamError::Reset)),
                         Ok(n) => *self.uend += n,
                         Err(e) => return Err(upstream_io(&e)),
                     }
+                }
+                if bulk.is_some() && !spliced {
+                    self.up.sock().receive_one(false);
                 }
                 reusable = pos == *self.uend;
             }

@@ -2,10 +2,14 @@
 //!
 //! It applies where zgix neither reads nor changes the bytes: a
 //! Content-Length body (RFC 9112 §6.2: the length alone frames it, so the
-//! bytes after the head are relayed as they come, exactly that many) and a
-//! tunnel after `101` (RFC 9110 §7.8), both sockets plaintext. A TLS
-//! client, a chunked body (re-encoded or scanned, RFC 9112 §7.1) and the
-//! first bytes that came in with a head stay on the copy path of `body.rs`.
+//! bytes after the head are relayed as they come, exactly that many), the
+//! data of a large chunk (RFC 9112 §7.1: its chunk-size frames it the same
+//! way; see [`takes_bulk_chunk`]) and a tunnel after `101` (RFC 9110 §7.8),
+//! both sockets plaintext. A TLS client, the framing of a chunked body
+//! (chunk lines, trailers, the last chunk: scanned by the parser's decoder,
+//! which is told how many data bytes went past it), the data of a response
+//! de-chunked for an HTTP/1.0 client, and the first bytes that came in with
+//! a head stay on the copy path of `body.rs`.
 //!
 //! - epoll: non-blocking `splice(2)` from the source socket into a pipe
 //!   from the shard's pool, then from the pipe into the destination, on the
@@ -62,6 +66,15 @@ pub(super) fn takes_bulk(n: u64, remaining: u64, sock: &Sock) -> bool {
             crate::io::Kind::Uring => remaining > BULK_MIN,
             _ => n >= BULK_MIN,
         }
+}
+
+/// Whether the rest of a chunk's data, `owed` bytes, takes the bulk path:
+/// RFC 9112 §7.1, the chunk-size frames them as a Content-Length frames a
+/// body, so the same rule applies with the chunk's rest as both the length
+/// and what is still owed (a chunk smaller than that stays on the copy
+/// path with the framing around it).
+pub(super) fn takes_bulk_chunk(owed: u64, sock: &Sock) -> bool {
+    takes_bulk(owed, owed, sock)
 }
 
 /// The most one relay step asks for (the ring caps it further by
