@@ -5,7 +5,8 @@
 //! sent at once, or an echo that streams while it reads — is forwarded as
 //! it answers. Bodies pass through fixed buffers; the kernel's socket
 //! buffers give the backpressure: each side reads only after its previous
-//! chunk was written on.
+//! chunk was written on. A long Content-Length rest and the rest of a large
+//! chunk's data go socket to socket instead (`bulk.rs`).
 
 use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
