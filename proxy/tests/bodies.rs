@@ -955,8 +955,27 @@ fn a_tls_listener_relays_large_bodies_by_copying() {
     );
     assert_eq!(out.stdout.len() as u64, n);
     assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(n));
+    // Big chunks over TLS: copied too (curl takes the chunked framing off).
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--cacert"])
+        .arg(&c)
+        .arg("--resolve")
+        .arg(format!("localhost:{tls_port}:127.0.0.1"))
+        .arg(format!(
+            "https://localhost:{tls_port}/chunked/{}/{MIB}",
+            4 * MIB
+        ))
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len() as u64, 4 * MIB);
+    assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(4 * MIB));
     // Then 1 MiB on the plaintext listener: the bulk counter moves by that
-    // alone, so the 16 MiB over TLS were copied.
+    // alone, so the 20 MiB over TLS were copied.
     let mut client = Client::connect(zgix.addr());
     client.send(b"GET /cl/1048576 HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(client.read_response_head().status, 200);
