@@ -120,8 +120,9 @@ impl Upload<'_> {
                 }
                 BodyKind::Chunked => {
                     // Both ends plaintext: the data of a large chunk may take
-                    // the bulk path, and the receive mode is left as the last
-                    // body set it until a chunk decides (as for responses).
+                    // the bulk path, and the client's receive mode is left as
+                    // the last body set it until a chunk is spliced or the
+                    // body ends without one (as for responses, below).
                     let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
                     if bulk.is_none() {
                         many(self.client);
@@ -207,8 +208,8 @@ const BULK_CHUNK_FRAMING: usize = 2 + 16 + 2;
 /// The most read for the framing after a chunk whose data took the bulk
 /// path: the CRLF and the next size line (RFC 9112 §7.1) are usually a few
 /// bytes, and the next chunk's data should stay in the socket for its own
-/// splices (a whole buffer's read copied up to 64 KiB of it per chunk on
-/// epoll). A longer line, or a small chunk, is read on at full size.
+/// splices (a read of the whole buffer copied up to 64 KiB of each chunk's
+/// data on epoll). A longer line, or a small chunk, is read on at full size.
 const FRAMING_READ: usize = 4 << 10;
 
 /// One read from the client; EOF and stalls end the exchange.
@@ -500,8 +501,10 @@ impl Download<'_> {
             }
             ResponseBody::Chunked => {
                 // Relayed raw, both ends plaintext: the data of a large chunk
-                // may take the bulk path (`bulk.rs`). The receive mode is then
-                // left as the last body set it until a chunk decides.
+                // may take the bulk path (`bulk.rs`). The upstream's receive
+                // mode is then left as the last body set it: a spliced chunk
+                // keeps (or sets) the one-buffer receive, and a body that
+                // ends with none spliced goes back to the multishot one.
                 let bulk = super::bulk::plain(self.client)
                     .zip(super::bulk::plain_up(self.up))
                     .filter(|_| !dechunk);
