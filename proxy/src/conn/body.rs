@@ -138,8 +138,10 @@ impl Upload<'_> {
                         self.rechunked.reserve_exact(want);
                     }
                     // The CRLF that ends a chunk whose data went on the bulk
-                    // path, sent with the next framing.
-                    let mut crlf = false;
+                    // path, sent with the next framing; and, from that chunk
+                    // until the next chunk's data, reads of at most
+                    // FRAMING_READ.
+                    let (mut crlf, mut framing) = (false, false);
                     loop {
                         self.rechunked.clear();
                         if std::mem::take(&mut crlf) {
@@ -173,16 +175,18 @@ impl Upload<'_> {
                             let lane = super::bulk::lane(c, true);
                             relay_up(c, u, owed, cl.scratch(), lane).await?;
                             self.chunked.skip_data(owed);
-                            (spliced, crlf) = (true, true);
+                            (spliced, crlf, framing) = (true, true, true);
+                        } else if owed > 0 {
+                            framing = false;
                         }
                         cl.compact();
                         if cl.is_full() {
                             return Err(Fail::ClientBad(ParseError::BadChunk));
                         }
                         let spare = cl.spare();
-                        let room = match big {
-                            Some(_) => FRAMING_READ.min(spare.len()),
-                            None => spare.len(),
+                        let room = match framing {
+                            true => FRAMING_READ.min(spare.len()),
+                            false => spare.len(),
                         };
                         let n = read_client(self.client, &mut spare[..room]).await?;
                         cl.filled(n);
@@ -205,11 +209,12 @@ impl Upload<'_> {
 /// spliced chunk and a size line of up to 16 hex digits and its CRLF.
 const BULK_CHUNK_FRAMING: usize = 2 + 16 + 2;
 
-/// The most read for the framing after a chunk whose data took the bulk
-/// path: the CRLF and the next size line (RFC 9112 §7.1) are usually a few
-/// bytes, and the next chunk's data should stay in the socket for its own
-/// splices (a read of the whole buffer copied up to 64 KiB of each chunk's
-/// data on epoll). A longer line, or a small chunk, is read on at full size.
+/// The most read at a time for the framing after a chunk whose data took
+/// the bulk path, until the next chunk's data begins: the CRLF and the next
+/// size line (RFC 9112 §7.1) are usually a few bytes, and the next chunk's
+/// data should stay in the socket for its own splices (a read of the whole
+/// buffer copied up to 64 KiB of each chunk's data on epoll). Once in a
+/// chunk too small for the bulk path, reads are full size again.
 const FRAMING_READ: usize = 4 << 10;
 
 /// One read from the client; EOF and stalls end the exchange.
@@ -511,7 +516,9 @@ impl Download<'_> {
                 if bulk.is_none() {
                     self.up.sock().receive_one(false);
                 }
-                let (mut spliced, mut next_small) = (false, false);
+                // After a spliced chunk, until the next chunk's data: reads
+                // of at most FRAMING_READ.
+                let (mut spliced, mut framing) = (false, false);
                 *self.chunked = ChunkedDecoder::new(u64::MAX);
                 let mut head_pending = true;
                 loop {
@@ -532,9 +539,11 @@ impl Download<'_> {
                         let lane = super::bulk::lane(u, true);
                         relay_down(u, c, owed, &mut self.ubuf[..], lane).await?;
                         self.chunked.skip_data(owed);
-                        spliced = true;
                         (pos, *self.uend) = (0, 0);
-                        next_small = true;
+                        (spliced, framing) = (true, true);
+                    } else if owed > 0 {
+                        // A small chunk: read on at full size.
+                        framing = false;
                     }
                     let rest = *self.uend - pos;
                     self.ubuf.copy_within(pos..*self.uend, 0);
@@ -544,7 +553,7 @@ impl Download<'_> {
                         return Err(Fail::Upstream(UpstreamError::BadResponse));
                     }
                     let at = *self.uend;
-                    let end = match std::mem::take(&mut next_small) {
+                    let end = match framing {
                         true => (at + FRAMING_READ).min(self.ubuf.len()),
                         false => self.ubuf.len(),
                     };
