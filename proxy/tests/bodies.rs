@@ -484,7 +484,7 @@ fn one_mib_uploads_on_a_kept_connection_splice_past_the_buffers_their_head_came_
     );
 }
 
-/// Small chunks: under the bulk path's threshold (64 KiB) on both drivers.
+/// Small chunks: under the bulk path's threshold for chunks (256 KiB).
 const SMALL_CHUNK: u64 = 16_000;
 
 #[test]
@@ -600,7 +600,14 @@ fn a_response_of_many_small_chunks_is_exact_and_stays_on_the_copy_path() {
     let (_origin, zgix) = proxy_one_shard();
     let mut client = Client::connect(zgix.addr());
     let (relayed, spliced) = bulk_during(&zgix, || {
-        for (n, k) in [(4 * MIB, 1_000), (2 * MIB + 1, 7), (MIB, SMALL_CHUNK)] {
+        // Up to 256 KiB a chunk, all of them under the bulk path's threshold.
+        for (n, k) in [
+            (4 * MIB, 1_000),
+            (2 * MIB + 1, 7),
+            (MIB, SMALL_CHUNK),
+            (2 * MIB + 5, 200_000),
+            (MIB, (256 << 10) - 1),
+        ] {
             client.send(format!("GET /chunked/{n}/{k} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
             check_chunked_raw(&mut client, n, k);
         }

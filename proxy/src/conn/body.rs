@@ -156,9 +156,8 @@ impl Upload<'_> {
                         // with the next framing (the same re-encoding `rechunk`
                         // makes: one chunk per data run, no extensions).
                         let owed = self.chunked.data_owed();
-                        let big = bulk.filter(|(c, _)| {
-                            cl.pending() == 0 && super::bulk::takes_bulk_chunk(owed, c)
-                        });
+                        let big = bulk
+                            .filter(|_| cl.pending() == 0 && super::bulk::takes_bulk_chunk(owed));
                         if big.is_some() {
                             let _ = write!(self.rechunked, "{owed:x}\r\n");
                         }
@@ -533,9 +532,9 @@ impl Download<'_> {
                     // socket to socket, then the decoder skips it and scans
                     // the CRLF after it from the next read (RFC 9112 §7.1).
                     let owed = self.chunked.data_owed();
-                    if let Some((c, u)) = bulk.filter(|(c, _)| {
-                        pos == *self.uend && super::bulk::takes_bulk_chunk(owed, c)
-                    }) {
+                    if let Some((c, u)) =
+                        bulk.filter(|_| pos == *self.uend && super::bulk::takes_bulk_chunk(owed))
+                    {
                         let lane = super::bulk::lane(u, true);
                         relay_down(u, c, owed, &mut self.ubuf[..], lane).await?;
                         self.chunked.skip_data(owed);
