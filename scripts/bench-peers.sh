@@ -43,6 +43,8 @@ and HAProxy.
                     moved, both directions, per second) and the proxy's CPU
                     microseconds per MB, the default targets add
                     haproxy-splice, and --fixed-rate defaults to 0
+  --chunked         the origin sends its body chunked (--chunk-bytes N: in
+                    chunks of N bytes; default 0, the whole body in one)
   --upload-bytes N  every request is a POST with an N-byte Content-Length
                     body (wrk script scripts/wrk/upload.lua); the origin
                     reads it and answers with --body-bytes bytes (default 0:
@@ -94,6 +96,7 @@ USAGE
 rounds=5 duration=5 connections=64 modes="off,on" targets=""
 body_bytes=64 base_port=18080 install=1 build=1 fixed_rate="" rate_rounds=3 busy_poll=0
 syscalls=0 syscall_rounds=1 quiet_wait=0 upload_bytes=0 zgix_base_bin=""
+origin_chunked="" chunk_bytes=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
@@ -103,6 +106,8 @@ while [ $# -gt 0 ]; do
         --targets) targets="$2"; shift 2 ;;
         --body-bytes) body_bytes="$2"; shift 2 ;;
         --upload-bytes) upload_bytes="$2"; shift 2 ;;
+        --chunked) origin_chunked=1; shift ;;
+        --chunk-bytes) chunk_bytes="$2"; shift 2 ;;
         --baseline-bin) zgix_base_bin="$2"; shift 2 ;;
         --base-port) base_port="$2"; shift 2 ;;
         --fixed-rate) fixed_rate="$2"; shift 2 ;;
@@ -130,7 +135,7 @@ if [ -z "$targets" ]; then
     targets+=",relay,direct"
 fi
 if [ -z "$fixed_rate" ]; then fixed_rate=10000; [ "$bodies" = 1 ] && fixed_rate=0; fi
-for n in "$rounds" "$duration" "$connections" "$body_bytes" "$upload_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$chunk_bytes" "$upload_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
 IFS=, read -r -a target_list <<<"$targets"

@@ -71,6 +71,7 @@ pub fn run(mut a: Args) -> Result<(), String> {
         body_bytes: 64,
         delay: Duration::ZERO,
         chunked: false,
+        chunk_bytes: 0,
         echo: false,
     };
     let origin = origin::start(&ocfg)?;

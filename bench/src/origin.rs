@@ -35,13 +35,14 @@ use std::time::Duration;
 use zgix::io::{Driver, Kind, Listener, Options, Sock};
 
 pub const USAGE: &str = "\
-zgix-bench origin --bind ADDR [--cpus 0,1] [--body-bytes N] [--delay-ms N] [--chunked] [--echo]
+zgix-bench origin --bind ADDR [--cpus 0,1] [--body-bytes N] [--delay-ms N] [--chunked] [--chunk-bytes N] [--echo]
 
   --bind ADDR       address to listen on (port 0 picks one; printed when ready)
   --cpus LIST       one executor per CPU, e.g. 0,1 or 0-3 (default 0)
   --body-bytes N    response body size (default 64)
   --delay-ms N      wait N ms before each write of responses (default 0)
   --chunked         send the body with Transfer-Encoding: chunked
+  --chunk-bytes N   with --chunked, chunks of N bytes (default 0: the whole body in one)
   --echo            answer with the request body (Content-Length or chunked requests)
 
 Prints `origin: listening on ADDR` on stdout once every executor accepts.";
@@ -69,6 +70,8 @@ pub struct OriginConfig {
     pub body_bytes: usize,
     pub delay: Duration,
     pub chunked: bool,
+    /// With `chunked`, the size of each chunk (0: the whole body in one).
+    pub chunk_bytes: usize,
     pub echo: bool,
 }
 
@@ -89,6 +92,7 @@ impl OriginConfig {
             body_bytes: a.parsed("--body-bytes")?.unwrap_or(DEFAULT_BODY_BYTES),
             delay: Duration::from_millis(a.parsed("--delay-ms")?.unwrap_or(0)),
             chunked: a.switch("--chunked"),
+            chunk_bytes: a.parsed("--chunk-bytes")?.unwrap_or(0),
             echo: a.switch("--echo"),
         };
         a.finish()?;
@@ -107,11 +111,12 @@ struct Responses {
 impl Responses {
     fn new(cfg: &OriginConfig) -> Self {
         let body = vec![b'x'; cfg.body_bytes];
+        let chunk = cfg.chunked.then_some(cfg.chunk_bytes);
         Responses {
-            keep_alive: response(200, &body, cfg.chunked, false, false),
-            close: response(200, &body, cfg.chunked, true, false),
-            head_keep_alive: response(200, &body, cfg.chunked, false, true),
-            head_close: response(200, &body, cfg.chunked, true, true),
+            keep_alive: framed(200, &body, chunk, false, false),
+            close: framed(200, &body, chunk, true, false),
+            head_keep_alive: framed(200, &body, chunk, false, true),
+            head_close: framed(200, &body, chunk, true, true),
         }
     }
 
@@ -128,6 +133,12 @@ impl Responses {
 /// Formats a whole response. With `head_only` the framing headers are kept
 /// but the body is left out (RFC 9110 §9.3.2).
 fn response(status: u16, body: &[u8], chunked: bool, close: bool, head_only: bool) -> Vec<u8> {
+    framed(status, body, chunked.then_some(0), close, head_only)
+}
+
+/// [`response`] with the chunk size: `Some(k)` sends the body chunked in
+/// chunks of `k` bytes (0: one chunk), `None` with a Content-Length.
+fn framed(status: u16, body: &[u8], chunk: Option<usize>, close: bool, head_only: bool) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -141,12 +152,13 @@ fn response(status: u16, body: &[u8], chunked: bool, close: bool, head_only: boo
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }
-    if chunked {
+    if let Some(k) = chunk {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
         if !head_only {
-            if !body.is_empty() {
-                out.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
-                out.extend_from_slice(body);
+            let k = if k == 0 { body.len().max(1) } else { k };
+            for piece in body.chunks(k) {
+                out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                out.extend_from_slice(piece);
                 out.extend_from_slice(b"\r\n");
             }
             out.extend_from_slice(b"0\r\n\r\n");
@@ -409,6 +421,15 @@ mod tests {
         assert!(r.ends_with(b"Content-Length: 5\r\n\r\n"));
     }
 
+    #[test]
+    fn chunk_bytes_splits_the_body() {
+        let r = framed(200, b"hello", Some(2), false, false);
+        let h = http::parse_response(&r, false).unwrap().unwrap();
+        assert_eq!(&r[h.len..], b"2\r\nhe\r\n2\r\nll\r\n1\r\no\r\n0\r\n\r\n");
+        let r = framed(200, b"hello", Some(0), false, false);
+        assert!(r.ends_with(b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n"));
+    }
+
     /// Sends raw bytes, reads until the server closes, returns everything read.
     fn exchange(addr: SocketAddr, req: &[u8]) -> Vec<u8> {
         use std::io::{Read, Write};
@@ -428,6 +449,7 @@ mod tests {
             body_bytes: 0,
             delay: Duration::ZERO,
             chunked: false,
+            chunk_bytes: 0,
             echo: true,
         };
         let addr = start(&cfg).unwrap().addr;
@@ -465,6 +487,7 @@ mod tests {
             body_bytes: 5,
             delay: Duration::from_millis(40),
             chunked: false,
+            chunk_bytes: 0,
             echo: false,
         };
         let addr = start(&cfg).unwrap().addr;

@@ -151,6 +151,31 @@ impl ChunkedDecoder {
         self.total
     }
 
+    /// Chunk-data bytes the current chunk still owes: non-zero only while the scanner is
+    /// inside a chunk's data (its size line passed every check, including `max_body`).
+    /// RFC 9112 §7.1: the chunk-size alone frames those bytes, so a caller may move them
+    /// without looking at them (splice them socket to socket) and then [`Self::skip_data`].
+    pub fn data_owed(&self) -> u64 {
+        match self.state {
+            State::Data => self.remaining,
+            _ => 0,
+        }
+    }
+
+    /// Accounts for `n` bytes of the current chunk's data that the caller moved without
+    /// feeding them, as if [`Self::feed`] had consumed them: at most [`Self::data_owed`]
+    /// bytes are skipped, and how many is returned (0 outside a chunk's data, and after
+    /// an error). Once the chunk's data is all skipped, the next feed must begin with the
+    /// CRLF that closes it: the checks after data are the same as when it is fed.
+    pub fn skip_data(&mut self, n: u64) -> u64 {
+        let take = n.min(self.data_owed());
+        self.remaining -= take;
+        if take > 0 && self.remaining == 0 {
+            self.state = State::DataCr;
+        }
+        take
+    }
+
     /// Consumes a prefix of `input`.
     ///
     /// Framing is consumed as far as possible, but at most one contiguous run of chunk-data

@@ -1,4 +1,4 @@
-//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll), a 16 MiB echo through a tunnel, and on the copy path (chunked), downloads past a shard's pipes relayed without one, a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
+//! The bulk path (issue 21) end to end: 64 MiB down and up through zgix byte for byte on the bulk path (received buffers sent as they are on uring, splice on epoll), a 16 MiB echo through a tunnel, the data of big chunks spliced both ways and small chunks on the copy path, malformed framing after a spliced chunk, downloads past a shard's pipes relayed without one, a slow reader that keeps zgix's bytes in flight bounded, and a TLS listener that falls back to copying.
 
 mod support;
 
@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::{
@@ -50,12 +50,16 @@ fn repeated_fnv(block: &[u8], n: u64) -> u64 {
 }
 
 /// An origin for bodies: `GET /cl/N` sends N pattern bytes with a
-/// Content-Length, `GET /chunked/N` the same chunked; a POST (Content-Length
-/// or chunked) is read whole and answered `"{length} {fnv}"`. `sent` counts
-/// the response body bytes its writes handed to the kernel.
+/// Content-Length, `GET /chunked/N[/K]` the same chunked ([`chunked_wire`]),
+/// `GET /badchunk/K` one chunk of K bytes and then bad framing; a POST
+/// (Content-Length or chunked) is read whole and answered `"{length}
+/// {fnv}"`, and its outcome reported on `uploads` (a chunked upload with an
+/// extension or a trailer counts as broken: zgix re-encodes without them).
+/// `sent` counts the response body bytes its writes handed to the kernel.
 struct BodyOrigin {
     addr: SocketAddr,
     sent: Arc<AtomicU64>,
+    uploads: Mutex<mpsc::Receiver<Result<u64, String>>>,
 }
 
 impl BodyOrigin {
@@ -64,20 +68,72 @@ impl BodyOrigin {
         let addr = l.local_addr().unwrap();
         let sent = Arc::new(AtomicU64::new(0));
         let s = sent.clone();
+        let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for c in l.incoming() {
                 let Ok(c) = c else { return };
-                let s = s.clone();
+                let (s, tx) = (s.clone(), tx.clone());
                 std::thread::spawn(move || {
-                    let _ = serve(c, &s);
+                    let _ = serve(c, &s, &tx);
                 });
             }
         });
-        BodyOrigin { addr, sent }
+        BodyOrigin {
+            addr,
+            sent,
+            uploads: Mutex::new(rx),
+        }
+    }
+
+    /// The outcome of the next upload to end (waits up to the I/O timeout).
+    #[track_caller]
+    fn next_upload(&self) -> Result<u64, String> {
+        match self.uploads.lock().unwrap().recv_timeout(IO_TIMEOUT) {
+            Ok(r) => r,
+            Err(e) => panic!("no upload ended within {IO_TIMEOUT:?}: {e}"),
+        }
     }
 }
 
-fn serve(c: TcpStream, sent: &AtomicU64) -> std::io::Result<()> {
+/// Default chunk size of `/chunked/N`: not a divisor of the pattern's cycle.
+const CHUNK: u64 = 26 * 3_846 + 7;
+
+/// The pieces `/chunked/{n}/{k}` writes, one write each, in order: chunks
+/// of `k` pattern bytes (the last shorter) as size line, data and CRLF,
+/// every other size line of the first 16 with an extension (zgix allows
+/// 16 KiB of them per message), then the last chunk with a trailer. `k` is at most 1 MiB.
+fn chunked_wire(n: u64, k: u64) -> Vec<Vec<u8>> {
+    let block = pattern(26 * 40_960);
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    let mut i = 0u64;
+    while at < n {
+        let len = (n - at).min(k);
+        out.push(if i % 2 == 1 && i < 16 {
+            format!("{len:x};i={i}\r\n").into_bytes()
+        } else {
+            format!("{len:X}\r\n").into_bytes()
+        });
+        let from = (at % 26) as usize;
+        out.push(block[from..from + len as usize].to_vec());
+        out.push(b"\r\n".to_vec());
+        at += len;
+        i += 1;
+    }
+    out.push(b"0\r\nX-Sum: ok\r\n\r\n".to_vec());
+    out
+}
+
+/// The response body of `/chunked/{n}/{k}` as framed on the wire.
+fn chunked_bytes(n: u64, k: u64) -> Vec<u8> {
+    chunked_wire(n, k).concat()
+}
+
+fn serve(
+    c: TcpStream,
+    sent: &AtomicU64,
+    uploads: &mpsc::Sender<Result<u64, String>>,
+) -> std::io::Result<()> {
     let mut w = c.try_clone()?;
     let mut r = BufReader::with_capacity(256 << 10, c);
     loop {
@@ -100,14 +156,16 @@ fn serve(c: TcpStream, sent: &AtomicU64) -> std::io::Result<()> {
                 .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
         };
         if first.starts_with("post") {
-            let (len, h) = if field("transfer-encoding:").is_some() {
-                read_chunked(&mut r)?
+            let got = if field("transfer-encoding:").is_some() {
+                read_chunked(&mut r)
             } else {
                 let n: u64 = field("content-length:")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
-                read_exact_fnv(&mut r, n)?
+                read_exact_fnv(&mut r, n)
             };
+            let _ = uploads.send(got.as_ref().map(|g| g.0).map_err(|e| e.to_string()));
+            let (len, h) = got?;
             let body = format!("{len} {h:016x}");
             write!(
                 w,
@@ -117,36 +175,39 @@ fn serve(c: TcpStream, sent: &AtomicU64) -> std::io::Result<()> {
             continue;
         }
         let path = first.split(' ').nth(1).unwrap_or("/").to_string();
-        let (chunked, n) = if let Some(n) = path.strip_prefix("/cl/") {
-            (false, n.parse::<u64>().unwrap_or(0))
-        } else if let Some(n) = path.strip_prefix("/chunked/") {
-            (true, n.parse::<u64>().unwrap_or(0))
-        } else {
-            (false, 0)
-        };
-        if chunked {
+        let num = |s: Option<&str>| s.and_then(|v| v.parse::<u64>().ok());
+        if let Some(rest) = path.strip_prefix("/chunked/") {
+            let mut it = rest.split('/');
+            let n = num(it.next()).unwrap_or(0);
+            let k = num(it.next()).unwrap_or(CHUNK);
             w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")?;
-        } else {
-            write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")?;
+            for piece in chunked_wire(n, k) {
+                w.write_all(&piece)?;
+                sent.fetch_add(piece.len() as u64, Ordering::Release);
+            }
+            continue;
         }
+        if let Some(k) = num(path.strip_prefix("/badchunk/")) {
+            // RFC 9112 §7.1: chunk-data is followed by CRLF; "XX" is not.
+            write!(
+                w,
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{k:x}\r\n"
+            )?;
+            w.write_all(&pattern(k))?;
+            w.write_all(b"XX1\r\na\r\n0\r\n\r\n")?;
+            continue;
+        }
+        let n = num(path.strip_prefix("/cl/")).unwrap_or(0);
+        write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")?;
         let mut at = 0u64;
         // Whole 26-letter cycles: every block starts at a cycle's first
         // byte, so one block serves the whole body (no per-byte work).
         let block = pattern(26 * 3_846);
         while at < n {
             let take = (n - at).min(block.len() as u64) as usize;
-            if chunked {
-                write!(w, "{take:x}\r\n")?;
-                w.write_all(&block[..take])?;
-                w.write_all(b"\r\n")?;
-            } else {
-                w.write_all(&block[..take])?;
-            }
+            w.write_all(&block[..take])?;
             at += take as u64;
             sent.store(at, Ordering::Release);
-        }
-        if chunked {
-            w.write_all(b"0\r\n\r\n")?;
         }
     }
 }
@@ -172,11 +233,17 @@ fn read_chunked(r: &mut impl BufRead) -> std::io::Result<(u64, u64)> {
     loop {
         let mut line = String::new();
         r.read_line(&mut line)?;
-        let size = u64::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+        if line.contains(';') {
+            return Err(std::io::Error::other(format!("a chunk-ext came: {line:?}")));
+        }
+        let size = u64::from_str_radix(line.trim(), 16)
             .map_err(|_| std::io::Error::other(format!("bad chunk line {line:?}")))?;
         if size == 0 {
             let mut end = String::new();
             r.read_line(&mut end)?;
+            if end != "\r\n" {
+                return Err(std::io::Error::other(format!("a trailer came: {end:?}")));
+            }
             return Ok((len, h));
         }
         let (_, ch) = read_exact_fnv_from(r, size, h)?;
@@ -184,6 +251,11 @@ fn read_chunked(r: &mut impl BufRead) -> std::io::Result<(u64, u64)> {
         len += size;
         let mut crlf = [0u8; 2];
         r.read_exact(&mut crlf)?;
+        if &crlf != b"\r\n" {
+            return Err(std::io::Error::other(format!(
+                "no CRLF after data: {crlf:?}"
+            )));
+        }
     }
 }
 
@@ -412,12 +484,15 @@ fn one_mib_uploads_on_a_kept_connection_splice_past_the_buffers_their_head_came_
     );
 }
 
+/// Small chunks: under the bulk path's threshold for chunks (256 KiB).
+const SMALL_CHUNK: u64 = 16_000;
+
 #[test]
-fn chunked_bodies_of_64_mib_go_the_copy_path_byte_exact_both_ways() {
+fn chunked_bodies_of_small_chunks_go_the_copy_path_byte_exact_both_ways() {
     let (_origin, zgix) = proxy();
     let n = 64 * MIB;
     let mut client = Client::connect(zgix.addr());
-    let r = client.get(&format!("/chunked/{n}"));
+    let r = client.get(&format!("/chunked/{n}/{SMALL_CHUNK}"));
     assert_eq!(r.status, 200, "{}", r.head_text());
     assert_eq!(r.body.len() as u64, n);
     assert_eq!(fnv(FNV0, &r.body), pattern_fnv(n));
@@ -425,23 +500,22 @@ fn chunked_bodies_of_64_mib_go_the_copy_path_byte_exact_both_ways() {
     // A chunked upload, re-encoded by zgix on its way.
     client.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
     let block = pattern(1 << 20);
+    let piece = SMALL_CHUNK as usize;
     let mut at = 0u64;
     while at < n {
-        let piece = &block[..(300_000).min((n - at) as usize)];
-        client.send(format!("{:x};ext=1\r\n", piece.len()).as_bytes());
+        let piece = &block[..piece.min((n - at) as usize)];
+        if at < 100 * SMALL_CHUNK {
+            client.send(format!("{:x};ext=1\r\n", piece.len()).as_bytes());
+        } else {
+            client.send(format!("{:x}\r\n", piece.len()).as_bytes());
+        }
         client.send(piece);
         client.send(b"\r\n");
         at += piece.len() as u64;
     }
     client.send(b"0\r\n\r\n");
-    // 300,000 is not a divisor of the block: the pattern restarts every MiB.
-    let mut h = FNV0;
-    let mut left = n;
-    while left > 0 {
-        let take = left.min(300_000);
-        h = fnv(h, &block[..take as usize]);
-        left -= take;
-    }
+    // The pattern restarts with every piece.
+    let h = repeated_fnv(&block[..piece], n);
     let r = client.read_response();
     assert_eq!(String::from_utf8_lossy(&r.body), format!("{n} {h:016x}"));
     // Then a Content-Length body of 1 MiB: the bulk counter moves by that
@@ -453,8 +527,253 @@ fn chunked_bodies_of_64_mib_go_the_copy_path_byte_exact_both_ways() {
     let v = wait_bulk_bytes(&zgix, MIB - COPY_SLACK);
     assert!(
         v <= MIB,
-        "bulk bytes {v}: a chunked body took the bulk path"
+        "bulk bytes {v}: a chunked body of small chunks took the bulk path"
     );
+}
+
+/// Bulk-path bytes (spliced plus relayed) the shard moved during `f`.
+fn bulk_during(zgix: &Zgix, f: impl FnOnce()) -> (u64, u64) {
+    let (r0, s0) = relayed_and_spliced(zgix);
+    f();
+    let (r1, s1) = relayed_and_spliced(zgix);
+    (r1 - r0, s1 - s0)
+}
+
+/// Reads a `/chunked/{n}/{k}` response on `c` and checks its body byte for
+/// byte as framed on the wire (size lines, extensions, trailer).
+#[track_caller]
+fn check_chunked_raw(c: &mut Client, n: u64, k: u64) {
+    let head = c.read_response_head();
+    assert_eq!(head.status, 200, "{}", head.show());
+    assert_eq!(head.field("transfer-encoding"), Some("chunked"));
+    let want = chunked_bytes(n, k);
+    let mut got = vec![0u8; want.len()];
+    c.read_exact(&mut got);
+    if got != want {
+        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
+        panic!(
+            "body differs at byte {at} of {}: got {:?}, want {:?}",
+            want.len(),
+            String::from_utf8_lossy(&got[at..(at + 40).min(got.len())]),
+            String::from_utf8_lossy(&want[at..(at + 40).min(want.len())])
+        );
+    }
+}
+
+#[test]
+fn a_chunked_8_mib_response_of_big_chunks_is_spliced_and_arrives_byte_exact_with_its_framing() {
+    let (_origin, zgix) = proxy_one_shard();
+    let (n, k) = (8 * MIB, MIB);
+    let mut client = Client::connect(zgix.addr());
+    // The first response comes on a fresh upstream connection (on the
+    // ring its first chunk is partly relayed from received buffers).
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        client.send(format!("GET /chunked/{n}/{k} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        check_chunked_raw(&mut client, n, k);
+    });
+    assert!(
+        relayed + spliced >= n - COPY_SLACK,
+        "{spliced} bytes of {n} spliced, {relayed} relayed"
+    );
+    // Again on the pooled connection: each chunk's data is spliced past
+    // the buffer its size line came in.
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        client.send(format!("GET /chunked/{n}/{k} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        check_chunked_raw(&mut client, n, k);
+    });
+    assert!(
+        spliced >= n - COPY_SLACK,
+        "{spliced} bytes of {n} spliced, {relayed} relayed"
+    );
+    // Chunks that do not fall on read boundaries (CHUNK is odd-sized), and
+    // the connection stays in sync.
+    let n = 4 * MIB + 333;
+    client.send(format!("GET /chunked/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    check_chunked_raw(&mut client, n, CHUNK);
+    let r = client.get("/cl/5");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"abcde");
+}
+
+#[test]
+fn a_response_of_many_small_chunks_is_exact_and_stays_on_the_copy_path() {
+    let (_origin, zgix) = proxy_one_shard();
+    let mut client = Client::connect(zgix.addr());
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        // Up to 256 KiB a chunk, all of them under the bulk path's threshold.
+        for (n, k) in [
+            (4 * MIB, 1_000),
+            (2 * MIB + 1, 7),
+            (MIB, SMALL_CHUNK),
+            (2 * MIB + 5, 200_000),
+            (MIB, (256 << 10) - 1),
+        ] {
+            client.send(format!("GET /chunked/{n}/{k} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+            check_chunked_raw(&mut client, n, k);
+        }
+    });
+    assert_eq!((relayed, spliced), (0, 0), "small chunks on the bulk path");
+}
+
+#[test]
+fn an_http_1_0_client_gets_big_chunks_de_chunked_on_the_copy_path() {
+    let (_origin, zgix) = proxy_one_shard();
+    let n = 4 * MIB + 17;
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        let mut client = Client::connect(zgix.addr());
+        client.send(format!("GET /chunked/{n}/{MIB} HTTP/1.0\r\nHost: t\r\n\r\n").as_bytes());
+        let head = client.read_response_head();
+        assert_eq!(head.status, 200, "{}", head.show());
+        assert_eq!(head.field("transfer-encoding"), None);
+        assert_eq!(
+            read_pattern_body(&mut client, n, usize::MAX, |_| {}),
+            pattern_fnv(n)
+        );
+        // Delimited by close, nothing after the data.
+        client.expect_closed();
+    });
+    assert_eq!(
+        (relayed, spliced),
+        (0, 0),
+        "de-chunked data on the bulk path"
+    );
+}
+
+/// Sends a chunked upload of `n` pattern bytes in chunks of `k`, each
+/// size line with an extension and written in two pieces, then a trailer;
+/// `tail` goes in the same write as the last chunk.
+fn send_chunked_upload(client: &mut Client, n: u64, k: u64, tail: &[u8]) -> u64 {
+    client.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let block = pattern(26 * 40_960);
+    let mut at = 0u64;
+    while at < n {
+        let len = (n - at).min(k);
+        let line = if at < 16 * k {
+            format!("{len:x};e=\"{at}\"\r\n")
+        } else {
+            format!("{len:x}\r\n")
+        };
+        let (a, b) = line.split_at(line.len() / 2);
+        client.send(a.as_bytes());
+        client.send(b.as_bytes());
+        let from = (at % 26) as usize;
+        client.send(&block[from..from + len as usize]);
+        client.send(b"\r\n");
+        at += len;
+    }
+    let mut last = b"0\r\nX-Sum: 1\r\n\r\n".to_vec();
+    last.extend_from_slice(tail);
+    client.send(&last);
+    pattern_fnv(n)
+}
+
+#[test]
+fn an_upload_of_big_chunks_is_spliced_and_reaches_the_origin_re_encoded() {
+    let (origin, zgix) = proxy_one_shard();
+    let (n, k) = (8 * MIB + 5, MIB);
+    let mut client = Client::connect(zgix.addr());
+    let mut h = 0;
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        h = send_chunked_upload(&mut client, n, k, b"GET /cl/3 HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = client.read_response();
+        assert_eq!(r.status, 200, "{}", r.show());
+        assert_eq!(String::from_utf8_lossy(&r.body), format!("{n} {h:016x}"));
+    });
+    // The origin saw a clean body: no extension, no trailer (else it
+    // reports the upload broken).
+    assert_eq!(origin.next_upload(), Ok(n));
+    assert!(
+        relayed + spliced >= n - COPY_SLACK,
+        "{spliced} bytes of {n} spliced, {relayed} relayed"
+    );
+    // The request after the body is answered in sync.
+    let next = client.read_response();
+    assert_eq!(next.status, 200);
+    assert_eq!(next.body, b"abc");
+    // Chunks that do not fall on read boundaries, on the kept connection.
+    let n = 3 * MIB + 1;
+    let h = send_chunked_upload(&mut client, n, CHUNK, b"");
+    let r = client.read_response();
+    assert_eq!(String::from_utf8_lossy(&r.body), format!("{n} {h:016x}"));
+    assert_eq!(origin.next_upload(), Ok(n));
+}
+
+#[test]
+fn a_malformed_chunk_after_a_big_spliced_chunk_is_refused_as_before() {
+    let (origin, zgix) = proxy_one_shard();
+    // A response: the chunk's data went on, its bad CRLF does not; the
+    // client connection closes without a last chunk.
+    let k = 2 * MIB;
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        let mut client = Client::connect(zgix.addr());
+        client.send(format!("GET /badchunk/{k} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let head = client.read_response_head();
+        assert_eq!(head.status, 200);
+        let mut rest = Vec::new();
+        match client.body_reader().read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("no close after {} bytes: {e}", rest.len()),
+        }
+        let mut want = format!("{k:x}\r\n").into_bytes();
+        want.extend_from_slice(&pattern(k));
+        assert!(
+            rest.len() <= want.len() && rest[..] == want[..rest.len()],
+            "{} bytes after the head, not a prefix of the valid framing: {:?}",
+            rest.len(),
+            String::from_utf8_lossy(&rest[rest.len().saturating_sub(40)..])
+        );
+    });
+    assert!(
+        relayed + spliced >= k - COPY_SLACK,
+        "{spliced} bytes of {k} spliced, {relayed} relayed"
+    );
+    // An upload: a bad CRLF after a big chunk's data is answered 400, and
+    // the origin never gets a complete request.
+    let mut client = Client::connect(zgix.addr());
+    let (relayed, spliced) = bulk_during(&zgix, || {
+        client.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+        client.send(format!("{k:x}\r\n").as_bytes());
+        client.send(&pattern(k));
+        let _ = client.try_send(b"XX0\r\n\r\n");
+        let r = client.read_response();
+        assert_eq!(r.status, 400, "{}", r.show());
+        client.expect_closed();
+        assert!(
+            origin.next_upload().is_err(),
+            "the origin got the body whole"
+        );
+    });
+    assert!(
+        relayed + spliced >= k - COPY_SLACK,
+        "{spliced} bytes of {k} spliced, {relayed} relayed"
+    );
+    let r = Client::connect(zgix.addr()).get("/cl/4");
+    assert_eq!(r.body, b"abcd");
+}
+
+#[test]
+fn a_client_that_closes_mid_chunk_leaves_the_origin_an_incomplete_request() {
+    let (origin, zgix) = proxy_one_shard();
+    let (k, sent) = (8 * MIB, 2 * MIB);
+    let mut client = Client::connect(zgix.addr());
+    client.send(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    client.send(format!("{k:x}\r\n").as_bytes());
+    client.send(&pattern(sent));
+    client
+        .stream()
+        .shutdown(std::net::Shutdown::Both)
+        .expect("shutdown");
+    let broken = origin.next_upload();
+    assert!(broken.is_err(), "the origin got a whole body: {broken:?}");
+    // What came was on the bulk path, and zgix still serves.
+    let (relayed, spliced) = relayed_and_spliced(&zgix);
+    assert!(
+        relayed + spliced >= sent - COPY_SLACK,
+        "{spliced} bytes of {sent} spliced, {relayed} relayed"
+    );
+    let r = Client::connect(zgix.addr()).get("/cl/4");
+    assert_eq!(r.body, b"abcd");
 }
 
 #[test]
@@ -643,8 +962,27 @@ fn a_tls_listener_relays_large_bodies_by_copying() {
     );
     assert_eq!(out.stdout.len() as u64, n);
     assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(n));
+    // Big chunks over TLS: copied too (curl takes the chunked framing off).
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--cacert"])
+        .arg(&c)
+        .arg("--resolve")
+        .arg(format!("localhost:{tls_port}:127.0.0.1"))
+        .arg(format!(
+            "https://localhost:{tls_port}/chunked/{}/{MIB}",
+            4 * MIB
+        ))
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len() as u64, 4 * MIB);
+    assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(4 * MIB));
     // Then 1 MiB on the plaintext listener: the bulk counter moves by that
-    // alone, so the 16 MiB over TLS were copied.
+    // alone, so the 20 MiB over TLS were copied.
     let mut client = Client::connect(zgix.addr());
     client.send(b"GET /cl/1048576 HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(client.read_response_head().status, 200);

@@ -63,7 +63,8 @@ port_of() {
 
 start_origin() {
     taskset -c "$origin_cpu" "$bench_bin" origin --bind "127.0.0.1:$origin_port" \
-        --cpus "$origin_cpu" --body-bytes "$body_bytes" >"$tmp/origin.log" 2>&1 &
+        --cpus "$origin_cpu" --body-bytes "$body_bytes" \
+        ${origin_chunked:+--chunked --chunk-bytes "${chunk_bytes:-0}"} >"$tmp/origin.log" 2>&1 &
     pids+=($!); tpid[direct]=$!
     wait_http "127.0.0.1:$origin_port" origin "$tmp/origin.log"
 }

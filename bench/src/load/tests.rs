@@ -38,6 +38,7 @@ fn load_against_origin_end_to_end() {
         body_bytes: 100,
         delay: Duration::ZERO,
         chunked: true,
+        chunk_bytes: 0,
         echo: false,
     };
     let origin = crate::origin::start(&ocfg).unwrap();

@@ -1,4 +1,4 @@
-//! The chunked decoder: the same outcome whole, byte by byte and in the split the first byte picks; rechunk() carries the same data in clean framing within its slack.
+//! The chunked decoder: the same outcome whole, byte by byte, in the split the first byte picks and with data skipped (`skip_data`, as a splice does); rechunk() carries the same data in clean framing within its slack.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,6 +18,38 @@ fn decode(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ParseErro
             if p.done || p.consumed == 0 {
                 break;
             }
+        }
+    }
+    Ok((data, pos, dec.is_done()))
+}
+
+/// Like [`decode`], but whenever the decoder owes data and the piece is used up, part of
+/// what it owes (as much as `input` still holds, times `frac`/8, at least 1) is moved
+/// past it with `skip_data` instead of fed: a splice.
+fn decode_skipping(
+    input: &[u8],
+    step: usize,
+    frac: u64,
+) -> Result<(Vec<u8>, usize, bool), ParseError> {
+    let mut dec = ChunkedDecoder::new(1 << 20);
+    let (mut data, mut pos, mut end) = (Vec::new(), 0, 0);
+    while end < input.len() && !dec.is_done() {
+        end = (end + step).min(input.len()).max(pos);
+        while pos < end {
+            let p = dec.feed(&input[pos..end])?;
+            data.extend_from_slice(&input[pos..end][p.data.clone()]);
+            pos += p.consumed;
+            if p.done || p.consumed == 0 {
+                break;
+            }
+        }
+        let owed = dec.data_owed().min((input.len() - pos) as u64);
+        if pos == end && owed > 0 {
+            let k = (owed * frac / 8).max(1);
+            assert_eq!(dec.skip_data(k), k);
+            data.extend_from_slice(&input[pos..pos + k as usize]);
+            pos += k as usize;
+            end = pos;
         }
     }
     Ok((data, pos, dec.is_done()))
@@ -72,6 +104,12 @@ fuzz_target!(|input: &[u8]| {
         whole,
         "split {}",
         s % 17
+    );
+    assert_eq!(
+        decode_skipping(input, 1 + usize::from(s % 7), u64::from(s >> 5) + 1),
+        whole,
+        "skipping, split {}",
+        s % 7
     );
     let re = reencode(input, 1 + usize::from(s % 13));
     match (&whole, &re) {

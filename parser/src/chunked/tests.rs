@@ -334,3 +334,114 @@ fn partial_input_is_not_an_error() {
     );
     assert_eq!(dec.body_len(), 16);
 }
+
+#[test]
+fn data_owed_counts_down_and_skip_data_stands_for_feeding() {
+    let mut dec = ChunkedDecoder::new(u64::MAX);
+    assert_eq!(dec.data_owed(), 0);
+    // Outside a chunk's data nothing is skipped.
+    assert_eq!(dec.skip_data(5), 0);
+    let p = dec.feed(b"10;x=y\r\n0123").unwrap();
+    assert_eq!((p.consumed, p.data), (12, 8..12));
+    assert_eq!(dec.data_owed(), 12);
+    assert_eq!(dec.skip_data(5), 5);
+    assert_eq!(dec.data_owed(), 7);
+    // More than the chunk owes: only what it owes.
+    assert_eq!(dec.skip_data(100), 7);
+    assert_eq!(dec.data_owed(), 0);
+    assert_eq!(dec.skip_data(1), 0);
+    assert_eq!(dec.body_len(), 16);
+    // The CRLF after the data, then the next chunk, fed as usual.
+    let p = dec.feed(b"\r\n3\r\nabc\r\n0\r\nT: v\r\n\r\nNEXT").unwrap();
+    assert_eq!((p.consumed, p.data, p.done), (21, 5..8, true));
+    assert_eq!(dec.data_owed(), 0);
+    assert_eq!(dec.skip_data(1), 0);
+}
+
+#[test]
+fn after_skipped_data_the_strict_checks_still_hold() {
+    // A bad CRLF after the skipped data.
+    for bad in [&b"XX"[..], b"\n", b"\rX", b"a\r\n"] {
+        let mut dec = ChunkedDecoder::new(u64::MAX);
+        dec.feed(b"4\r\n").unwrap();
+        assert_eq!(dec.skip_data(4), 4);
+        let mut rest = bad;
+        let e = loop {
+            match dec.feed(rest) {
+                Ok(p) if p.consumed > 0 => rest = &rest[p.consumed..],
+                Ok(p) => panic!("{bad:?} accepted: {p:?}"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e, ParseError::BadChunk, "{bad:?}");
+        // Sticky, and nothing more to skip.
+        assert_eq!(dec.skip_data(1), 0);
+        assert_eq!(dec.feed(b"\r\n"), Err(ParseError::BadChunk));
+    }
+    // The body limit counts skipped chunks like fed ones.
+    let mut dec = ChunkedDecoder::new(10);
+    dec.feed(b"6\r\n").unwrap();
+    assert_eq!(dec.skip_data(6), 6);
+    assert_eq!(dec.feed(b"\r\n5\r\n"), Err(ParseError::BodyTooLarge));
+    // A size past 16 digits is refused before any data can be skipped.
+    let mut dec = ChunkedDecoder::new(u64::MAX);
+    assert_eq!(
+        dec.feed(b"10000000000000000\r\n"),
+        Err(ParseError::BadChunk)
+    );
+    assert_eq!(dec.data_owed(), 0);
+    assert_eq!(dec.skip_data(1), 0);
+}
+
+#[test]
+fn skipping_any_part_of_the_data_in_any_split_gives_the_same_message() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for round in 0..40u8 {
+        let mut msg = Vec::new();
+        let mut payload = Vec::new();
+        for c in 0..1 + next(6) {
+            let len = 1 + next(5000) as usize;
+            let chunk: Vec<u8> = (0..len).map(|i| (i as u8) ^ (c as u8) ^ round).collect();
+            msg.extend_from_slice(format!("{len:x};r={round}\r\n").as_bytes());
+            msg.extend_from_slice(&chunk);
+            msg.extend_from_slice(b"\r\n");
+            payload.extend_from_slice(&chunk);
+        }
+        msg.extend_from_slice(b"0\r\nX-T: 1\r\n\r\n");
+        let end = msg.len();
+        msg.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        // The caller's buffer holds `msg[pos..fed]`; whenever the scanner is in a
+        // chunk's data it may move some of what is owed past the buffer (a splice)
+        // and skip it.
+        let mut dec = ChunkedDecoder::new(u64::MAX);
+        let (mut pos, mut fed, mut data) = (0usize, 0usize, Vec::new());
+        while !dec.is_done() {
+            assert!(fed < msg.len(), "round {round}: ran out at {pos}");
+            fed = (fed + 1 + next(700) as usize).min(msg.len()).max(pos);
+            loop {
+                let p = dec.feed(&msg[pos..fed]).unwrap();
+                data.extend_from_slice(&msg[pos..fed][p.data.clone()]);
+                pos += p.consumed;
+                if p.done || pos == fed {
+                    break;
+                }
+            }
+            let owed = dec.data_owed();
+            if owed > 0 && pos == fed && next(2) == 0 {
+                let k = 1 + next(owed);
+                assert_eq!(dec.skip_data(k), k);
+                data.extend_from_slice(&msg[pos..pos + k as usize]);
+                pos += k as usize;
+                fed = pos;
+            }
+        }
+        assert_eq!(pos, end, "round {round}");
+        assert_eq!(data, payload, "round {round}");
+    }
+}

@@ -5,13 +5,15 @@
 //! sent at once, or an echo that streams while it reads — is forwarded as
 //! it answers. Bodies pass through fixed buffers; the kernel's socket
 //! buffers give the backpressure: each side reads only after its previous
-//! chunk was written on.
+//! chunk was written on. A long Content-Length rest and the rest of a large
+//! chunk's data go socket to socket instead (`bulk.rs`).
 
 use zgix_parser::{
     BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
 use std::cell::Cell;
+use std::io::Write as _;
 
 use super::bulk::{takes_bulk, Lane, Progress, RelayEnd};
 use super::client::ClientConn;
@@ -117,21 +119,48 @@ impl Upload<'_> {
                     }
                 }
                 BodyKind::Chunked => {
-                    many(self.client);
+                    // Both ends plaintext: the data of a large chunk may take
+                    // the bulk path, and the client's receive mode is left as
+                    // the last body set it until a chunk is spliced or the
+                    // body ends without one (as for responses, below).
+                    let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
+                    if bulk.is_none() {
+                        many(self.client);
+                    }
+                    let mut spliced = false;
                     // RFC 9112 §7.1.1: zgix interprets no chunk extension, so
                     // the origin gets the body re-encoded without any (and
                     // without trailers): no extension parser of the origin's
                     // can disagree with zgix's.
                     *self.chunked = ChunkedDecoder::new(self.shard.rt.request_limits.max_body);
-                    let want = cl.capacity() + zgix_parser::RECHUNK_SLACK;
+                    let want = cl.capacity() + zgix_parser::RECHUNK_SLACK + BULK_CHUNK_FRAMING;
                     if self.rechunked.capacity() < want {
                         self.rechunked.reserve_exact(want);
                     }
+                    // The CRLF that ends a chunk whose data went on the bulk
+                    // path, sent with the next framing; and, from that chunk
+                    // until the next chunk's data, reads of at most
+                    // FRAMING_READ.
+                    let (mut crlf, mut framing) = (false, false);
                     loop {
                         self.rechunked.clear();
+                        if std::mem::take(&mut crlf) {
+                            self.rechunked.extend_from_slice(b"\r\n");
+                        }
                         let r = zgix_parser::rechunk(self.chunked, cl.bytes(), self.rechunked)
                             .map_err(Fail::ClientBad)?;
                         cl.consume(r.consumed);
+                        // All buffered bytes re-encoded and the chunk still owes
+                        // its rest: that rest goes on as a chunk of its own, its
+                        // size line here, its data socket to socket, its CRLF
+                        // with the next framing (the same re-encoding `rechunk`
+                        // makes: one chunk per data run, no extensions).
+                        let owed = self.chunked.data_owed();
+                        let big = bulk
+                            .filter(|_| cl.pending() == 0 && super::bulk::takes_bulk_chunk(owed));
+                        if big.is_some() {
+                            let _ = write!(self.rechunked, "{owed:x}\r\n");
+                        }
                         if !self.rechunked.is_empty() {
                             self.up
                                 .write_all(self.rechunked)
@@ -141,12 +170,28 @@ impl Upload<'_> {
                         if r.done {
                             break;
                         }
+                        if let Some((c, u)) = big {
+                            let lane = super::bulk::lane(c, true);
+                            relay_up(c, u, owed, cl.scratch(), lane).await?;
+                            self.chunked.skip_data(owed);
+                            (spliced, crlf, framing) = (true, true, true);
+                        } else if owed > 0 {
+                            framing = false;
+                        }
                         cl.compact();
                         if cl.is_full() {
                             return Err(Fail::ClientBad(ParseError::BadChunk));
                         }
-                        let n = read_client(self.client, cl.spare()).await?;
+                        let spare = cl.spare();
+                        let room = match framing {
+                            true => FRAMING_READ.min(spare.len()),
+                            false => spare.len(),
+                        };
+                        let n = read_client(self.client, &mut spare[..room]).await?;
                         cl.filled(n);
+                    }
+                    if bulk.is_some() && !spliced {
+                        many(self.client);
                     }
                 }
             }
@@ -157,6 +202,19 @@ impl Upload<'_> {
         r
     }
 }
+
+/// Room for the framing the bulk path adds around a chunk's data in one
+/// re-encoded write (beyond `RECHUNK_SLACK`): the CRLF ending the last
+/// spliced chunk and a size line of up to 16 hex digits and its CRLF.
+const BULK_CHUNK_FRAMING: usize = 2 + 16 + 2;
+
+/// The most read at a time for the framing after a chunk whose data took
+/// the bulk path, until the next chunk's data begins: the CRLF and the next
+/// size line (RFC 9112 §7.1) are usually a few bytes, and the next chunk's
+/// data should stay in the socket for its own splices (a read of the whole
+/// buffer copied up to 64 KiB of each chunk's data on epoll). Once in a
+/// chunk too small for the bulk path, reads are full size again.
+const FRAMING_READ: usize = 4 << 10;
 
 /// One read from the client; EOF and stalls end the exchange.
 async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail> {
@@ -446,7 +504,20 @@ impl Download<'_> {
                 reusable = pos == *self.uend;
             }
             ResponseBody::Chunked => {
-                self.up.sock().receive_one(false);
+                // Relayed raw, both ends plaintext: the data of a large chunk
+                // may take the bulk path (`bulk.rs`). The upstream's receive
+                // mode is then left as the last body set it: a spliced chunk
+                // keeps (or sets) the one-buffer receive, and a body that
+                // ends with none spliced goes back to the multishot one.
+                let bulk = super::bulk::plain(self.client)
+                    .zip(super::bulk::plain_up(self.up))
+                    .filter(|_| !dechunk);
+                if bulk.is_none() {
+                    self.up.sock().receive_one(false);
+                }
+                // After a spliced chunk, until the next chunk's data: reads
+                // of at most FRAMING_READ.
+                let (mut spliced, mut framing) = (false, false);
                 *self.chunked = ChunkedDecoder::new(u64::MAX);
                 let mut head_pending = true;
                 loop {
@@ -456,6 +527,23 @@ impl Download<'_> {
                     if done {
                         break;
                     }
+                    // Everything buffered is scanned and written on (the head
+                    // too), and the chunk still owes its rest: that moves
+                    // socket to socket, then the decoder skips it and scans
+                    // the CRLF after it from the next read (RFC 9112 §7.1).
+                    let owed = self.chunked.data_owed();
+                    if let Some((c, u)) =
+                        bulk.filter(|_| pos == *self.uend && super::bulk::takes_bulk_chunk(owed))
+                    {
+                        let lane = super::bulk::lane(u, true);
+                        relay_down(u, c, owed, &mut self.ubuf[..], lane).await?;
+                        self.chunked.skip_data(owed);
+                        (pos, *self.uend) = (0, 0);
+                        (spliced, framing) = (true, true);
+                    } else if owed > 0 {
+                        // A small chunk: read on at full size.
+                        framing = false;
+                    }
                     let rest = *self.uend - pos;
                     self.ubuf.copy_within(pos..*self.uend, 0);
                     *self.uend = rest;
@@ -464,11 +552,18 @@ impl Download<'_> {
                         return Err(Fail::Upstream(UpstreamError::BadResponse));
                     }
                     let at = *self.uend;
-                    match self.up.read(&mut self.ubuf[at..]).await {
+                    let end = match framing {
+                        true => (at + FRAMING_READ).min(self.ubuf.len()),
+                        false => self.ubuf.len(),
+                    };
+                    match self.up.read(&mut self.ubuf[at..end]).await {
                         Ok(0) => return Err(Fail::Upstream(UpstreamError::Reset)),
                         Ok(n) => *self.uend += n,
                         Err(e) => return Err(upstream_io(&e)),
                     }
+                }
+                if bulk.is_some() && !spliced {
+                    self.up.sock().receive_one(false);
                 }
                 reusable = pos == *self.uend;
             }
