@@ -420,6 +420,21 @@ fn relayed_and_spliced(zgix: &Zgix) -> (u64, u64) {
     )
 }
 
+/// At most [`COPY_SLACK`] of the `n` bytes missed the bulk path (relayed
+/// from received buffers or spliced).
+fn assert_on_the_bulk_path(relayed: u64, spliced: u64, n: u64) {
+    assert!(
+        relayed + spliced >= n - COPY_SLACK,
+        "{spliced} bytes of {n} spliced, {relayed} relayed"
+    );
+}
+
+/// zgix still answers a small request on a new connection.
+fn assert_still_serves(zgix: &Zgix) {
+    let r = Client::connect(zgix.addr()).get("/cl/4");
+    assert_eq!(r.body, b"abcd");
+}
+
 #[test]
 fn one_mib_downloads_on_a_pooled_connection_splice_past_the_buffer_their_head_came_in() {
     // On the ring a socket whose last body took the bulk path receives its
@@ -571,10 +586,7 @@ fn a_chunked_8_mib_response_of_big_chunks_is_spliced_and_arrives_byte_exact_with
         client.send(format!("GET /chunked/{n}/{k} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         check_chunked_raw(&mut client, n, k);
     });
-    assert!(
-        relayed + spliced >= n - COPY_SLACK,
-        "{spliced} bytes of {n} spliced, {relayed} relayed"
-    );
+    assert_on_the_bulk_path(relayed, spliced, n);
     // Again on the pooled connection: each chunk's data is spliced past
     // the buffer its size line came in.
     let (relayed, spliced) = bulk_during(&zgix, || {
@@ -682,10 +694,7 @@ fn an_upload_of_big_chunks_is_spliced_and_reaches_the_origin_re_encoded() {
     // The origin saw a clean body: no extension, no trailer (else it
     // reports the upload broken).
     assert_eq!(origin.next_upload(), Ok(n));
-    assert!(
-        relayed + spliced >= n - COPY_SLACK,
-        "{spliced} bytes of {n} spliced, {relayed} relayed"
-    );
+    assert_on_the_bulk_path(relayed, spliced, n);
     // The request after the body is answered in sync.
     let next = client.read_response();
     assert_eq!(next.status, 200);
@@ -724,10 +733,7 @@ fn a_malformed_chunk_after_a_big_spliced_chunk_is_refused_as_before() {
             String::from_utf8_lossy(&rest[rest.len().saturating_sub(40)..])
         );
     });
-    assert!(
-        relayed + spliced >= k - COPY_SLACK,
-        "{spliced} bytes of {k} spliced, {relayed} relayed"
-    );
+    assert_on_the_bulk_path(relayed, spliced, k);
     // An upload: a bad CRLF after a big chunk's data is answered 400, and
     // the origin never gets a complete request.
     let mut client = Client::connect(zgix.addr());
@@ -744,12 +750,8 @@ fn a_malformed_chunk_after_a_big_spliced_chunk_is_refused_as_before() {
             "the origin got the body whole"
         );
     });
-    assert!(
-        relayed + spliced >= k - COPY_SLACK,
-        "{spliced} bytes of {k} spliced, {relayed} relayed"
-    );
-    let r = Client::connect(zgix.addr()).get("/cl/4");
-    assert_eq!(r.body, b"abcd");
+    assert_on_the_bulk_path(relayed, spliced, k);
+    assert_still_serves(&zgix);
 }
 
 #[test]
@@ -768,12 +770,8 @@ fn a_client_that_closes_mid_chunk_leaves_the_origin_an_incomplete_request() {
     assert!(broken.is_err(), "the origin got a whole body: {broken:?}");
     // What came was on the bulk path, and zgix still serves.
     let (relayed, spliced) = relayed_and_spliced(&zgix);
-    assert!(
-        relayed + spliced >= sent - COPY_SLACK,
-        "{spliced} bytes of {sent} spliced, {relayed} relayed"
-    );
-    let r = Client::connect(zgix.addr()).get("/cl/4");
-    assert_eq!(r.body, b"abcd");
+    assert_on_the_bulk_path(relayed, spliced, sent);
+    assert_still_serves(&zgix);
 }
 
 #[test]

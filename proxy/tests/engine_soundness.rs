@@ -164,6 +164,18 @@ fn burst(zgix: &Zgix, n: usize) -> Vec<TcpStream> {
     clients
 }
 
+/// One shard (CPU 0) with the admin API in front of `origin`, capped at
+/// `cap` connections.
+fn capped(origin: &Origin, cap: usize, driver: Option<&str>) -> Zgix {
+    start_on(
+        &Config::new(&[origin.addr()])
+            .cpus(&[0])
+            .admin()
+            .limit("max_connections", cap as u64),
+        driver,
+    )
+}
+
 #[test]
 fn a_shard_at_its_cap_leaves_connections_in_the_backlog_then_serves_them() {
     // The figures: a cap of 4,000 and 8,000 clients. The kernel's
@@ -175,13 +187,7 @@ fn a_shard_at_its_cap_leaves_connections_in_the_backlog_then_serves_them() {
     raise_fd_limit(CLIENTS + CAP + 256);
     let origin = Origin::start();
     for driver in drivers() {
-        let zgix = start_on(
-            &Config::new(&[origin.addr()])
-                .cpus(&[0])
-                .admin()
-                .limit("max_connections", CAP as u64),
-            driver,
-        );
+        let zgix = capped(&origin, CAP, driver);
         let idle = fds(zgix.pid());
         let mut clients = burst(&zgix, CAP);
         wait_for("the shard to reach its cap", || {
@@ -260,13 +266,7 @@ fn a_paused_listener_leaves_every_later_connection_in_the_backlog() {
     const LATER: usize = 10;
     let origin = Origin::start();
     for driver in drivers() {
-        let zgix = start_on(
-            &Config::new(&[origin.addr()])
-                .cpus(&[0])
-                .admin()
-                .limit("max_connections", CAP as u64),
-            driver,
-        );
+        let zgix = capped(&origin, CAP, driver);
         let mut clients = burst(&zgix, CAP);
         wait_for("the shard to reach its cap", || {
             support::metric(&zgix, "zgix_connections_active") >= CAP as f64

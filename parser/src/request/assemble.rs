@@ -125,23 +125,14 @@ impl RequestParser {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::limits;
     use super::super::Status;
     use super::*;
-    use crate::limits::Limits;
     use crate::span::Span;
     use crate::Header;
 
     /// A method, a target and field lines.
     type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
-
-    fn limits() -> Limits {
-        Limits {
-            max_request_line: 64,
-            max_header_bytes: 256,
-            max_headers: 8,
-            max_body: 1000,
-        }
-    }
 
     /// Renders `method target` and `fields` in the assembler's layout,
     /// with the head describing it.

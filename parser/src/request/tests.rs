@@ -2,7 +2,8 @@
 
 use super::*;
 
-fn limits() -> Limits {
+/// Small limits every case of the request parser's tests (and the assembler's) runs under.
+pub(super) fn limits() -> Limits {
     Limits {
         max_request_line: 64,
         max_header_bytes: 256,
