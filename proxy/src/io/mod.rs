@@ -361,7 +361,7 @@ impl State {
         // An entry at or before the deadline is in the heap already (the
         // common case: the same timeout from a later `now`): it moves when
         // it comes up. Only an earlier deadline is pushed.
-        if let Some(d) = deadline.filter(|d| !side.queued.is_some_and(|q| q <= *d)) {
+        if let Some(d) = deadline.filter(|d| side.queued.is_none_or(|q| q > *d)) {
             side.queued = Some(d);
             self.arm_deadline(d, (token, gen, which));
         }
