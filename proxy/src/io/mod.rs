@@ -29,7 +29,9 @@
 //! writing, connecting and accepting are written once, and each backend
 //! keeps its own per-socket state ([`uring::USock`], [`epoll::ESock`]).
 //! Socket deadlines and timers live in a heap ([`deadline`]): expiry costs
-//! the waits that expire, not a scan of every socket.
+//! the waits that expire, not a scan of every socket. A socket's next wait
+//! with the same timeout keeps the entry it has (moved when it comes up), so
+//! a keep-alive request costs the heap nothing.
 //!
 //! # Parking
 //!
@@ -204,8 +206,9 @@ pub struct DriverStats {
     /// Relays that found the shard's pipes all in use (or `pipe2` refused)
     /// and copied through the exchange's buffer instead.
     pub splice_fallbacks: Cell<u64>,
-    /// Deadline entries the expiry looked at (each due or stale entry once:
-    /// the work of timing sockets out, O(expired), never a scan of them all).
+    /// Deadline entries the expiry looked at (each due, stale or moved entry
+    /// once: the work of timing sockets out, O(expired), never a scan of them
+    /// all).
     pub deadline_visits: Cell<u64>,
     /// Listeners the accept watchdog found stalled (waiting, not paused,
     /// connections in the backlog, none taken for a second) and restarted.
