@@ -14,7 +14,8 @@ set -euo pipefail
 usage() {
     cat <<'USAGE'
 usage: scripts/callgrind-tls.sh [--bin LABEL=PATH]... [--driver epoll|uring]
-                                [--requests N] [--conns C] [--rounds R] [--bodies "64 16384"]
+                                [--requests N] [--conns C] [--busy-poll-us U]
+                                [--rounds R] [--bodies "64 16384"]
                                 [--bench PATH]
 
   --bin LABEL=PATH  a zgix binary to measure (repeatable; default
@@ -23,6 +24,8 @@ usage: scripts/callgrind-tls.sh [--bin LABEL=PATH]... [--driver epoll|uring]
   --requests N      requests counted per body size (default 500)
   --conns C         keep-alive connections per body size, each with one
                     request outstanding at a time, as wrk -cC (default 1)
+  --busy-poll-us U  zgix's limits.busy_poll_us (default 0, as bench-tls.sh
+                    runs it: a spinning shard's instructions depend on time)
   --rounds R        interleaved rounds, medians printed (default 3)
   --bodies LIST     response body sizes in bytes (default "64 16384")
   --bench PATH      the zgix-bench binary for the origin (default
@@ -35,13 +38,14 @@ ring is refused, zgix falls back to epoll and the script says so.
 USAGE
 }
 
-bins=() n=500 rounds=3 driver=epoll bodies="64 16384" bench="" conns=1
+bins=() n=500 rounds=3 driver=epoll bodies="64 16384" bench="" conns=1 spin=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bins+=("$2"); shift 2 ;;
         --driver) driver="$2"; shift 2 ;;
         --requests) n="$2"; shift 2 ;;
         --conns) conns="$2"; shift 2 ;;
+        --busy-poll-us) spin="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
         --bodies) bodies="$2"; shift 2 ;;
         --bench) bench="$2"; shift 2 ;;
@@ -168,7 +172,7 @@ run() {
         sep=", "
     done
     cat >"$dir/zgix.json" <<JSON
-{"cpus": [0], "io": {"driver": "$driver"}, "listeners": [$listeners], "clusters": {$clusters}}
+{"cpus": [0], "io": {"driver": "$driver"}, "limits": {"busy_poll_us": $spin}, "listeners": [$listeners], "clusters": {$clusters}}
 JSON
     (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
@@ -200,13 +204,21 @@ JSON
         echo "$body $((sum / n))"
     done
     kill -TERM "$vpid" 2>/dev/null || true
+    # A ring shard under valgrind can take minutes to drain: the counts are
+    # dumped already, so it gets 30 s.
+    local i
+    for i in $(seq 300); do
+        kill -0 "$vpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
     rm -rf "$dir"
 }
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf 'callgrind-tls: %d keep-alive HTTPS requests after 20 warm ones, %d connection(s) per body size, driver %s, %d interleaved rounds\n' \
-    "$n" "$conns" "$driver" "$rounds"
+printf 'callgrind-tls: %d keep-alive HTTPS requests after 20 warm ones, %d connection(s) per body size, driver %s, busy_poll_us %d, %d interleaved rounds\n' \
+    "$n" "$conns" "$driver" "$spin" "$rounds"
 declare -A all
 for r in $(seq "$rounds"); do
     for b in "${bins[@]}"; do
