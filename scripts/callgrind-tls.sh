@@ -2,9 +2,10 @@
 # Instructions per keep-alive HTTPS request in zgix, counted by valgrind's
 # callgrind (repeatable on a loaded machine, unlike CPU time): zgix (one
 # shard) terminates TLS 1.3 (ECDSA P-256) on one listener per body size, each
-# in front of a zgix-bench origin; per body a Python `ssl` client warms one
-# keep-alive connection with 20 GETs, callgrind's counters are zeroed
-# (`callgrind_control -z`), N more GETs, a dump: the figure is the dump's
+# in front of a zgix-bench origin; per body a Python `ssl` client warms its
+# keep-alive connections (one, or --conns C, each with one request
+# outstanding as wrk -cC keeps them) with 20 GETs each, callgrind's counters
+# are zeroed (`callgrind_control -z`), N more GETs, a dump: the figure is the dump's
 # instructions (every thread) over N, so start-up and the handshake are not
 # in it. Several binaries (a baseline built from another commit) run in
 # interleaved rounds.
@@ -13,13 +14,18 @@ set -euo pipefail
 usage() {
     cat <<'USAGE'
 usage: scripts/callgrind-tls.sh [--bin LABEL=PATH]... [--driver epoll|uring]
-                                [--requests N] [--rounds R] [--bodies "64 16384"]
+                                [--requests N] [--conns C] [--busy-poll-us U]
+                                [--rounds R] [--bodies "64 16384"]
                                 [--bench PATH]
 
   --bin LABEL=PATH  a zgix binary to measure (repeatable; default
                     zgix=$CARGO_TARGET_DIR/release/zgix)
   --driver D        zgix's io driver (default epoll; see the note below)
   --requests N      requests counted per body size (default 500)
+  --conns C         keep-alive connections per body size, each with one
+                    request outstanding at a time, as wrk -cC (default 1)
+  --busy-poll-us U  zgix's limits.busy_poll_us (default 0, as bench-tls.sh
+                    runs it: a spinning shard's instructions depend on time)
   --rounds R        interleaved rounds, medians printed (default 3)
   --bodies LIST     response body sizes in bytes (default "64 16384")
   --bench PATH      the zgix-bench binary for the origin (default
@@ -32,12 +38,14 @@ ring is refused, zgix falls back to epoll and the script says so.
 USAGE
 }
 
-bins=() n=500 rounds=3 driver=epoll bodies="64 16384" bench=""
+bins=() n=500 rounds=3 driver=epoll bodies="64 16384" bench="" conns=1 spin=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bins+=("$2"); shift 2 ;;
         --driver) driver="$2"; shift 2 ;;
         --requests) n="$2"; shift 2 ;;
+        --conns) conns="$2"; shift 2 ;;
+        --busy-poll-us) spin="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
         --bodies) bodies="$2"; shift 2 ;;
         --bench) bench="$2"; shift 2 ;;
@@ -65,36 +73,63 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
     -keyout "$tmp/k.pem" -out "$tmp/c.pem" 2>/dev/null
 
 cat >"$tmp/client.py" <<'PY'
-import os, socket, ssl, sys, time
-host, port, n, sync = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import os, selectors, socket, ssl, sys, time
+host, port, n, sync, conns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
-s = ctx.wrap_socket(socket.create_connection((host, port)), server_hostname="bench.example")
 req = b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n"
-buf = b""
+socks = [ctx.wrap_socket(socket.create_connection((host, port)), server_hostname="bench.example")
+         for _ in range(conns)]
+bufs = {s: b"" for s in socks}
+def answered(s):
+    """Consumes one whole answer from s's buffer, if there is one."""
+    buf = bufs[s]
+    h = buf.find(b"\r\n\r\n")
+    if h < 0:
+        return False
+    head = buf[:h].decode()
+    assert head.startswith("HTTP/1.1 200"), head
+    cl = next(int(l.split(":")[1]) for l in head.split("\r\n")
+              if l.lower().startswith("content-length"))
+    if len(buf) < h + 4 + cl:
+        return False
+    bufs[s] = buf[h + 4 + cl:]
+    return True
 def get(k):
-    global buf
-    for _ in range(k):
+    """k requests in all, one outstanding per connection at a time (as wrk -cN)."""
+    sel = selectors.DefaultSelector()
+    sent = 0
+    for s in socks[:k]:
         s.sendall(req)
-        while True:
-            h = buf.find(b"\r\n\r\n")
-            if h >= 0:
-                head = buf[:h].decode()
-                assert head.startswith("HTTP/1.1 200"), head
-                cl = next(int(l.split(":")[1]) for l in head.split("\r\n")
-                          if l.lower().startswith("content-length"))
-                if len(buf) >= h + 4 + cl:
-                    buf = buf[h + 4 + cl:]
+        sent += 1
+        sel.register(s, selectors.EVENT_READ)
+    done = 0
+    while done < k:
+        for key, _ in sel.select():
+            s = key.fileobj
+            while True:
+                try:
+                    d = s.recv(65536)
+                except ssl.SSLWantReadError:
                     break
-            d = s.recv(65536)
-            assert d, "connection closed"
-            buf += d
+                assert d, "connection closed"
+                bufs[s] += d
+                if s.pending() == 0:
+                    break
+            while answered(s):
+                done += 1
+                if sent < k:
+                    s.sendall(req)
+                    sent += 1
+    sel.close()
+for s in socks:
+    s.setblocking(False)
+get(20 * conns)  # warm: the handshakes, the connections' buffers, the shard's pools
+open(sync + ".warm", "w").close()
 def wait(name):
     while not os.path.exists(sync + "." + name):
         time.sleep(0.05)
-get(20)  # warm: the handshake, the connection's buffers, the shard's pools
-open(sync + ".warm", "w").close()
 wait("go")
 get(n)
 open(sync + ".done", "w").close()
@@ -137,7 +172,7 @@ run() {
         sep=", "
     done
     cat >"$dir/zgix.json" <<JSON
-{"cpus": [0], "io": {"driver": "$driver"}, "listeners": [$listeners], "clusters": {$clusters}}
+{"cpus": [0], "io": {"driver": "$driver"}, "limits": {"busy_poll_us": $spin}, "listeners": [$listeners], "clusters": {$clusters}}
 JSON
     (cd "$dir" && RUNTIME_DIRECTORY="$dir" exec valgrind --tool=callgrind --separate-threads=yes \
         "$bin" --config "$dir/zgix.json" >"$dir/zgix.log" 2>&1) &
@@ -150,7 +185,7 @@ JSON
     local vg="$vpid" # the subshell execs valgrind, which keeps its pid
     for body in $bodies; do
         local sync="$dir/sync-$body"
-        python3 "$tmp/client.py" 127.0.0.1 "${lport[$body]}" "$n" "$sync" &
+        python3 "$tmp/client.py" 127.0.0.1 "${lport[$body]}" "$n" "$sync" "$conns" &
         local cpid=$!
         wait_file "$sync.warm"
         callgrind_control -z "$vg" >/dev/null
@@ -169,13 +204,21 @@ JSON
         echo "$body $((sum / n))"
     done
     kill -TERM "$vpid" 2>/dev/null || true
+    # A ring shard under valgrind can take minutes to drain: the counts are
+    # dumped already, so it gets 30 s.
+    local i
+    for i in $(seq 300); do
+        kill -0 "$vpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
     rm -rf "$dir"
 }
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf 'callgrind-tls: %d keep-alive HTTPS requests after 20 warm ones, one connection per body size, driver %s, %d interleaved rounds\n' \
-    "$n" "$driver" "$rounds"
+printf 'callgrind-tls: %d keep-alive HTTPS requests after 20 warm ones, %d connection(s) per body size, driver %s, busy_poll_us %d, %d interleaved rounds\n' \
+    "$n" "$conns" "$driver" "$spin" "$rounds"
 declare -A all
 for r in $(seq "$rounds"); do
     for b in "${bins[@]}"; do

@@ -263,6 +263,25 @@ impl<S: Side> Tls<S> {
         seal(&mut self.conn, plain, dst)
     }
 
+    /// [`Session::write_into`] over a scratch buffer: `dst`'s bytes are
+    /// overwritten from its start (a pooled send buffer's last contents), so
+    /// the records are encrypted into bytes already initialised and only
+    /// what they need past `dst.len()` is zero-filled first; `dst` ends
+    /// holding exactly the bytes to send. A 16 KiB answer into the buffer of
+    /// the last one zero-fills nothing (it zero-filled its two records' 16.5
+    /// KiB each, about 0.4 µs a request here).
+    pub fn write_over(&mut self, plain: &[u8], dst: &mut Vec<u8>) -> Result<(), Failure> {
+        let mut at = 0;
+        let waiting = self.pending().len();
+        if waiting > 0 {
+            put_at(dst, &mut at, self.pending());
+            self.sent(waiting);
+        }
+        let r = seal_at(&mut self.conn, plain, dst, &mut at);
+        dst.truncate(at);
+        r
+    }
+
     /// Queues `close_notify` (RFC 8446 §6.1) when the handshake finished;
     /// every close zgix starts on an established session sends one.
     pub fn close(&mut self) {
@@ -347,17 +366,41 @@ impl<S: Side> Tls<S> {
 
 /// Encrypts `plain` onto the end of `out`, in records of at most 16 KiB.
 fn seal<S: Side>(conn: &mut S, plain: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+    let mut at = out.len();
+    let r = seal_at(conn, plain, out, &mut at);
+    out.truncate(at);
+    r
+}
+
+/// Encrypts `plain` into `out` from `*at` on (bytes of `out` past `*at` are
+/// scratch, overwritten), in records of at most 16 KiB (RFC 8446 §5.1);
+/// `*at` ends past the last record. `out` may be left longer than `*at`.
+fn seal_at<S: Side>(
+    conn: &mut S,
+    plain: &[u8],
+    out: &mut Vec<u8>,
+    at: &mut usize,
+) -> Result<(), Failure> {
     for chunk in plain.chunks(MAX_PLAINTEXT) {
         let st = conn.process(&mut []);
         match st.state {
             Ok(ConnectionState::WriteTraffic(mut w)) => {
-                encrypt_into(out, chunk.len(), |b| w.encrypt(chunk, b))?
+                encrypt_at(out, at, chunk.len(), |b| w.encrypt(chunk, b))?
             }
             Ok(other) => return Err(Failure::Alert(format!("cannot send in state {other:?}"))),
             Err(e) => return Err(Failure::Alert(e.to_string())),
         }
     }
     Ok(())
+}
+
+/// Writes `bytes` into `out` at `*at` (over scratch bytes, then past the
+/// end), moving `*at` past them.
+fn put_at(out: &mut Vec<u8>, at: &mut usize, bytes: &[u8]) {
+    let over = out.len().saturating_sub(*at).min(bytes.len());
+    out[*at..*at + over].copy_from_slice(&bytes[..over]);
+    out.extend_from_slice(&bytes[over..]);
+    *at += bytes.len();
 }
 
 /// Runs an encoder into the tail of `out`, growing it to what it needs.
@@ -383,24 +426,38 @@ fn encode_into(out: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize, 
 fn encrypt_into(
     out: &mut Vec<u8>,
     len: usize,
+    f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
+) -> Result<(), Failure> {
+    let mut at = out.len();
+    let r = encrypt_at(out, &mut at, len, f);
+    out.truncate(at);
+    r
+}
+
+/// Runs an encrypter of a `len`-byte payload into `out` at `*at`, growing
+/// `out` (zero-filled) only where its scratch bytes do not give the room
+/// the record needs; `*at` moves past the record (not on failure).
+fn encrypt_at(
+    out: &mut Vec<u8>,
+    at: &mut usize,
+    len: usize,
     mut f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
 ) -> Result<(), Failure> {
-    let start = out.len();
+    let start = *at;
     let mut room = len + RECORD_OVERHEAD + 64;
     loop {
-        out.resize(start + room, 0);
-        match f(&mut out[start..]) {
+        if out.len() < start + room {
+            out.resize(start + room, 0);
+        }
+        match f(&mut out[start..start + room]) {
             Ok(n) => {
-                out.truncate(start + n);
+                *at = start + n;
                 return Ok(());
             }
             Err(EncryptError::InsufficientSize(s)) if s.required_size > room => {
                 room = s.required_size
             }
-            Err(e) => {
-                out.truncate(start);
-                return Err(Failure::Alert(e.to_string()));
-            }
+            Err(e) => return Err(Failure::Alert(e.to_string())),
         }
     }
 }

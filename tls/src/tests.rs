@@ -312,3 +312,71 @@ fn the_server_picks_aes_128_gcm_over_a_client_that_prefers_aes_256() {
     pump(&mut c, &mut s, &mut Vec::new()).unwrap();
     assert_eq!(s.info().cipher, "TLS13_AES_128_GCM_SHA256");
 }
+
+/// `write_over` encrypts over a scratch buffer's old bytes (a pooled send
+/// buffer's last contents) and leaves it holding exactly the records, with
+/// what was already queued first: the client reads every byte back in
+/// order, whether the scratch is longer than the records (its tail of old
+/// bytes is cut), shorter (it grows), or empty, and for 1 to 3 records.
+#[test]
+fn write_over_a_scratch_buffer_sends_exactly_the_records_whatever_it_held() {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        false,
+    ))
+    .unwrap();
+    let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[b"http/1.1"]));
+    let (mut c, mut s) = connect(&cfg, "site.example", &server);
+    c.writer().write_all(b"hi").unwrap();
+    pump(&mut c, &mut s, &mut Vec::new()).unwrap();
+    assert!(s.is_established());
+    let mut scratch = vec![0xa5u8; 70_000];
+    let mut expect = Vec::new();
+    let mut back = Vec::new();
+    for (i, (len, held)) in [
+        (16_384usize, 70_000usize),
+        (100, 20_000),
+        (40_000, 300),
+        (1, 0),
+        (16_385, 16_500),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        scratch.resize(held, 0x5a);
+        // Something queued before (a small write not taken yet) goes first.
+        let small = [b'0' + i as u8; 7];
+        s.write(&small).unwrap();
+        let body: Vec<u8> = (0..len).map(|k| (k % 251) as u8 ^ i as u8).collect();
+        s.write_over(&body, &mut scratch).unwrap();
+        assert!(
+            s.pending().is_empty(),
+            "the queued bytes moved into the scratch"
+        );
+        let records = len.div_ceil(crate::session::MAX_PLAINTEXT) + 1;
+        assert!(
+            scratch.len() <= 7 + len + records * crate::session::RECORD_OVERHEAD,
+            "{len} bytes in {records} records: {} bytes to send (old bytes left in)",
+            scratch.len()
+        );
+        expect.extend_from_slice(&small);
+        expect.extend_from_slice(&body);
+        let mut r = &scratch[..];
+        while !r.is_empty() {
+            c.read_tls(&mut r).unwrap();
+            c.process_new_packets().expect("records the client accepts");
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = c.reader().read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                back.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert_eq!(back.len(), expect.len(), "round {i}");
+        assert!(back == expect, "round {i}: bytes differ");
+    }
+}

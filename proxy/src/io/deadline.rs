@@ -6,6 +6,14 @@
 //! [`Deadlines::prune`] ask). Stale entries are dropped in bulk once they
 //! could outnumber the live ones ([`Deadlines::should_compact`]), so the heap
 //! stays within a constant factor of what is armed.
+//!
+//! An owner whose deadline only moves later (a keep-alive socket's next
+//! wait, `now + timeout` again) need not push a new entry each time: its
+//! earlier entry comes up first, and the owner then moves it to the
+//! deadline that stands ([`Deadlines::pop_due_moving`],
+//! [`Deadlines::prune_moving`]), as nginx leaves a timer armed that moved
+//! by less than its lazy delay. The heap then works once per timeout
+//! period per socket, not once per wait.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -79,6 +87,46 @@ impl<K: Copy + Ord> Deadlines<K> {
             self.heap.pop();
             visited += 1;
             fire(k, at);
+        }
+        visited
+    }
+
+    /// [`Deadlines::prune`] for owners that move their entries: `at_now`
+    /// says where the top entry stands now (`None`: stale, dropped; its own
+    /// time: live, pruning stops; a later time: moved there).
+    pub(super) fn prune_moving(&mut self, mut at_now: impl FnMut(K, Instant) -> Option<Instant>) {
+        while let Some(&Reverse(Entry(at, k))) = self.heap.peek() {
+            match at_now(k, at) {
+                Some(t) if t <= at => return,
+                moved => {
+                    self.heap.pop();
+                    if let Some(t) = moved {
+                        self.heap.push(Reverse(Entry(t, k)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Deadlines::pop_due`] for owners that move their entries: `fire`
+    /// handles a due entry and returns a later time if its owner's deadline
+    /// moved past `now` (the entry is pushed there; an earlier time drops
+    /// it). Returns how many entries were visited.
+    pub(super) fn pop_due_moving(
+        &mut self,
+        now: Instant,
+        mut fire: impl FnMut(K, Instant) -> Option<Instant>,
+    ) -> usize {
+        let mut visited = 0;
+        while let Some(&Reverse(Entry(at, k))) = self.heap.peek() {
+            if at > now {
+                break;
+            }
+            self.heap.pop();
+            visited += 1;
+            if let Some(t) = fire(k, at).filter(|t| *t > now) {
+                self.heap.push(Reverse(Entry(t, k)));
+            }
         }
         visited
     }
@@ -172,5 +220,104 @@ mod tests {
         eprintln!(
             "expire {DUE} of 10,000: {visited} visited, {work} comparisons ({per_pop:.1} a pop); of 100,000: {visited_100k} visited, {work_100k} comparisons"
         );
+    }
+
+    #[test]
+    fn moved_entries_follow_their_owner_and_stale_ones_go() {
+        let now = Instant::now();
+        let ms = |n| now + Duration::from_millis(n);
+        let mut d = Deadlines::<u32>::default();
+        d.push(ms(1), 1); // its owner's deadline moved to 5 ms
+        d.push(ms(2), 2); // stale
+        d.push(ms(3), 3); // stands
+        d.prune_moving(|k, at| match k {
+            1 => Some(ms(5)),
+            2 => None,
+            _ => Some(at),
+        });
+        assert_eq!(d.next(), Some(ms(3)), "1 moved past 3, 2 dropped");
+        assert_eq!(d.len(), 2);
+        // Due at 4 ms: 3 fires; 1 (now at 5) is not due.
+        let mut fired = Vec::new();
+        assert_eq!(
+            d.pop_due_moving(ms(4), |k, _| {
+                fired.push(k);
+                None
+            }),
+            1
+        );
+        assert_eq!(fired, [3]);
+        // Due at 6 ms: 1 moves once more, to 9; a time not past `now`
+        // drops the entry instead of looping on it.
+        d.push(ms(6), 4);
+        let visited = d.pop_due_moving(ms(6), |k, _| match k {
+            1 => Some(ms(9)),
+            _ => Some(ms(6)),
+        });
+        assert_eq!(visited, 2);
+        assert_eq!((d.len(), d.next()), (1, Some(ms(9))));
+    }
+
+    /// A keep-alive socket waits again and again with the same timeout
+    /// from a later `now`: its one heap entry stays (no push per wait),
+    /// moves when it comes up, and the wait still times out at its own,
+    /// last deadline. An earlier deadline after a later one is pushed.
+    #[test]
+    fn a_deadline_that_only_moves_later_is_armed_once_and_still_times_out() {
+        use crate::io::{Driver, Kind, Options, Slot, RD};
+        use std::task::{Context, Waker};
+        const N: u32 = 100;
+        const WAITS: u64 = 50;
+        let timeout = Duration::from_secs(10);
+        let d = Driver::new(&Options::new(Kind::Epoll)).unwrap();
+        let cx = Context::from_waker(Waker::noop());
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        {
+            let mut st = d.st.borrow_mut();
+            for _ in 0..N {
+                st.slots.push(Slot {
+                    in_use: true,
+                    fd: -1,
+                    ..Default::default()
+                });
+            }
+            for w in 0..WAITS {
+                for t in 0..N {
+                    // The previous wait ended (its waker was taken), the
+                    // next one starts a millisecond later.
+                    st.slots[t as usize].rd.waker = None;
+                    st.wait_side(t, RD, &cx, Some(at(w) + timeout), at(w))
+                        .unwrap();
+                }
+            }
+            assert_eq!(
+                st.deadlines.len(),
+                N as usize,
+                "one entry per socket, not one per wait"
+            );
+        }
+        // The first entries come up: nothing fires, they move.
+        assert_eq!(
+            d.expire(t0 + timeout),
+            0,
+            "fired at the first wait's deadline"
+        );
+        assert_eq!(d.next_wake(), Some(at(WAITS - 1) + timeout));
+        assert_eq!(d.st.borrow().deadlines.len(), N as usize);
+        // A shorter wait on socket 0 is armed by itself and fires alone.
+        {
+            let mut st = d.st.borrow_mut();
+            st.slots[0].rd.waker = None;
+            st.wait_side(0, RD, &cx, Some(at(WAITS) + timeout / 2), at(WAITS))
+                .unwrap();
+        }
+        assert_eq!(d.expire(at(WAITS) + timeout / 2), 1);
+        // The rest time out at their last wait's deadline.
+        assert_eq!(d.expire(at(WAITS - 1) + timeout), N as usize - 1);
+        let mut st = d.st.borrow_mut();
+        assert!(st.slots.iter().all(|s| s.rd.timed_out));
+        assert_eq!(st.deadlines.len(), 0);
+        st.slots.iter_mut().for_each(|s| s.in_use = false);
     }
 }

@@ -29,7 +29,9 @@
 //! writing, connecting and accepting are written once, and each backend
 //! keeps its own per-socket state ([`uring::USock`], [`epoll::ESock`]).
 //! Socket deadlines and timers live in a heap ([`deadline`]): expiry costs
-//! the waits that expire, not a scan of every socket.
+//! the waits that expire, not a scan of every socket. A socket's next wait
+//! with the same timeout keeps the entry it has (moved when it comes up), so
+//! a keep-alive request costs the heap nothing.
 //!
 //! # Parking
 //!
@@ -204,8 +206,9 @@ pub struct DriverStats {
     /// Relays that found the shard's pipes all in use (or `pipe2` refused)
     /// and copied through the exchange's buffer instead.
     pub splice_fallbacks: Cell<u64>,
-    /// Deadline entries the expiry looked at (each due or stale entry once:
-    /// the work of timing sockets out, O(expired), never a scan of them all).
+    /// Deadline entries the expiry looked at (each due, stale or moved entry
+    /// once: the work of timing sockets out, O(expired), never a scan of them
+    /// all).
     pub deadline_visits: Cell<u64>,
     /// Listeners the accept watchdog found stalled (waiting, not paused,
     /// connections in the backlog, none taken for a second) and restarted.
@@ -282,6 +285,10 @@ struct Side {
     waker: Option<Waker>,
     deadline: Option<Instant>,
     timed_out: bool,
+    /// The time of this side's entry in the deadline heap, if it has one:
+    /// at or before `deadline` while a wait has one (a later deadline moves
+    /// the entry when it comes up; see [`deadline`]).
+    queued: Option<Instant>,
 }
 
 impl Side {
@@ -353,9 +360,12 @@ impl State {
         let s = &mut self.slots[token as usize];
         let gen = s.gen;
         let side = if which == RD { &mut s.rd } else { &mut s.wr };
-        let prev = side.deadline;
         side.wait(cx, deadline, now)?;
-        if let Some(d) = deadline.filter(|d| prev != Some(*d)) {
+        // An entry at or before the deadline is in the heap already (the
+        // common case: the same timeout from a later `now`): it moves when
+        // it comes up. Only an earlier deadline is pushed.
+        if let Some(d) = deadline.filter(|d| side.queued.is_none_or(|q| q > *d)) {
+            side.queued = Some(d);
             self.arm_deadline(d, (token, gen, which));
         }
         Ok(())
@@ -370,13 +380,28 @@ impl State {
     }
 }
 
-/// Whether deadline entry `key` at `at` still belongs to a waiting side.
+/// Whether deadline entry `key` at `at` is its side's heap entry (others
+/// are stale: the slot was reused, or an earlier deadline superseded it).
 fn deadline_live(slots: &[Slot], (token, gen, which): DeadlineKey, at: Instant) -> bool {
     let Some(s) = slots.get(token as usize) else {
         return false;
     };
     let side = if which == RD { &s.rd } else { &s.wr };
-    s.in_use && s.gen == gen && side.deadline == Some(at) && side.waker.is_some()
+    s.in_use && s.gen == gen && side.queued == Some(at)
+}
+
+/// Where the side's entry `key` at `at` stands now: `None` if stale or its
+/// side waits no more (the side then has no entry), else the deadline of
+/// the wait (at or after `at`).
+fn deadline_moved(slots: &mut [Slot], key: DeadlineKey, at: Instant) -> Option<Instant> {
+    if !deadline_live(slots, key, at) {
+        return None;
+    }
+    let s = &mut slots[key.0 as usize];
+    let side = if key.2 == RD { &mut s.rd } else { &mut s.wr };
+    let waiting = side.deadline.filter(|_| side.waker.is_some());
+    side.queued = waiting;
+    waiting
 }
 
 #[allow(clippy::large_enum_variant)] // one per shard, never moved
@@ -535,20 +560,26 @@ impl Driver {
             } else {
                 empty_turns = empty_turns.saturating_add(1);
             }
-            let quiet = now.duration_since(last_event) >= self.spin
-                && empty_turns >= PARK_AFTER_EMPTY_TURNS
+            // Cheapest test first: most turns are not the second empty one,
+            // and without a spin the time since the last event is not needed.
+            let quiet = empty_turns >= PARK_AFTER_EMPTY_TURNS
+                && (self.spin.is_zero() || now.duration_since(last_event) >= self.spin)
                 && !glommio::executor().need_preempt();
             if quiet {
                 let until = self.next_wake().map(|d| d.saturating_duration_since(now));
                 self.clock_live.set(false);
                 self.stats.parks.set(self.stats.parks.get() + 1);
-                if self.turn(Turn::Park(until.unwrap_or(Duration::from_secs(3600)))) > 0 {
-                    last_event = Instant::now();
+                let woke = self.turn(Turn::Park(until.unwrap_or(Duration::from_secs(3600)))) > 0;
+                // One clock read per wake-up, for the last event and for
+                // every deadline the woken tasks arm.
+                let now = Instant::now();
+                if woke {
+                    last_event = now;
                     empty_turns = 0;
                 }
-                self.clock.set(Instant::now());
+                self.clock.set(now);
                 self.clock_live.set(true);
-                self.expire(self.clock.get());
+                self.expire(now);
             }
             glommio::executor().yield_now().await;
         }
@@ -576,8 +607,9 @@ impl Driver {
     fn next_wake(&self) -> Option<Instant> {
         let mut st = self.st.borrow_mut();
         let st = &mut *st;
-        let slots = &st.slots;
-        st.deadlines.prune(|k, at| deadline_live(slots, k, at));
+        let slots = &mut st.slots;
+        st.deadlines
+            .prune_moving(|k, at| deadline_moved(slots, k, at));
         match (st.deadlines.next(), st.timers.next()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -591,17 +623,21 @@ impl Driver {
         let st = &mut *st;
         let mut fired = st.timers.fire(now);
         let slots = &mut st.slots;
-        let visited = st.deadlines.pop_due(now, |key, at| {
-            if !deadline_live(slots, key, at) {
-                return;
+        let visited = st.deadlines.pop_due_moving(now, |key, at| {
+            let d = deadline_moved(slots, key, at)?;
+            if d > now {
+                // The wait's deadline moved past this entry: the entry follows.
+                return Some(d);
             }
             let s = &mut slots[key.0 as usize];
             let side = if key.2 == RD { &mut s.rd } else { &mut s.wr };
+            side.queued = None;
             side.timed_out = true;
             side.deadline = None;
             fired += 1;
             // Waking only schedules the task: it runs after this borrow ends.
             side.wake();
+            None
         });
         let v = &self.stats.deadline_visits;
         v.set(v.get() + visited as u64);

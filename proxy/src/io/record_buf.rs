@@ -63,6 +63,16 @@ thread_local! {
 /// An empty send buffer from this thread's pool, or a new one: a long TLS
 /// write (a body) encrypts into it without an allocation per write.
 pub fn take_send_buffer() -> Vec<u8> {
+    let mut b = take_send_scratch();
+    b.clear();
+    b
+}
+
+/// A send buffer from this thread's pool as it came back, its bytes those
+/// it last sent (or a new, empty one): scratch that a TLS write encrypts
+/// over (`zgix_tls::session::Tls::write_over`), so the room its records need
+/// is already initialised and not zero-filled again for each long write.
+pub fn take_send_scratch() -> Vec<u8> {
     SEND_POOL
         .with(|p| p.borrow_mut().pop())
         .unwrap_or_else(|| Vec::with_capacity(SEND_BUFFER))
@@ -70,11 +80,11 @@ pub fn take_send_buffer() -> Vec<u8> {
 
 /// Gives a sent buffer back (freed past the pool's size, if it grew past
 /// [`SEND_KEPT_MAX`], or if it is a small one that is not from the pool).
-pub fn put_send_buffer(mut b: Vec<u8>) {
+/// Its bytes stay, for [`take_send_scratch`].
+pub fn put_send_buffer(b: Vec<u8>) {
     if b.capacity() > SEND_KEPT_MAX || b.capacity() < SEND_BUFFER {
         return;
     }
-    b.clear();
     SEND_POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < SEND_POOLED {

@@ -5,7 +5,7 @@ use std::io;
 
 use zgix_tls::session::{Side, Tls};
 
-use crate::io::record_buf::{put_send_buffer, take_send_buffer, RECORD_BUFFER, SMALL_WRITE};
+use crate::io::record_buf::{put_send_buffer, take_send_scratch, RECORD_BUFFER, SMALL_WRITE};
 use crate::io::{put_record_buffer, take_record_buffer, Lent, Sock};
 
 /// The encrypted stream of one connection, side `S`.
@@ -292,10 +292,11 @@ impl<S: Side> RecordStream<S> {
     /// Encrypts and sends all of `buf`.
     pub async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
         if buf.len() > SMALL_WRITE {
-            // Encrypted into a pooled send buffer that is then handed to
-            // the driver whole: the ring sends it without a copy.
-            let mut out = take_send_buffer();
-            if let Err(e) = self.session.borrow_mut().write_into(buf, &mut out) {
+            // Encrypted into a pooled send buffer (over what it last sent)
+            // that is then handed to the driver whole: the ring sends it
+            // without a copy.
+            let mut out = take_send_scratch();
+            if let Err(e) = self.session.borrow_mut().write_over(buf, &mut out) {
                 put_send_buffer(out);
                 return Err(invalid(e));
             }

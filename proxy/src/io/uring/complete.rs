@@ -6,8 +6,8 @@ use io_uring::{cqueue, types};
 
 use super::super::{Driver, State, Turn, NO_BUF};
 use super::{
-    ud_parts, Meta, Op, Ring, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV, K_SEND, K_SPLICE_IN,
-    K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
+    ud_parts, Meta, Op, Ring, CQE_BATCH, K_ACCEPT, K_CANCEL, K_CONNECT, K_POLL, K_RECV, K_SEND,
+    K_SPLICE_IN, K_SPLICE_OUT, K_WAKE, MAX_DEFERRED_TURNS, MAX_INLINE_COUNTED, RQ_MAX,
 };
 
 impl Ring {
@@ -105,28 +105,30 @@ impl Ring {
             }
         }
         let mut total = 0;
-        let mut batch = [(0u64, 0i32, 0u32); 64];
+        // Taken out while its completions are dispatched (a dispatch never
+        // turns the ring, but the borrow must not be held across it).
+        let mut batch = std::mem::take(&mut *self.cqe_batch.borrow_mut());
         loop {
-            let mut n = 0;
+            batch.clear();
             {
                 let mut ring = self.ring.borrow_mut();
-                let mut cq = ring.completion();
-                for c in &mut cq {
-                    batch[n] = (c.user_data(), c.result(), c.flags());
-                    n += 1;
-                    if n == batch.len() {
-                        break;
-                    }
-                }
+                let cq = ring.completion();
+                batch.extend(
+                    cq.take(CQE_BATCH)
+                        .map(|c| (c.user_data(), c.result(), c.flags())),
+                );
             }
-            for &(u, res, flags) in &batch[..n] {
+            let n = batch.len();
+            for &(u, res, flags) in &batch {
                 self.dispatch(d, u, res, flags);
             }
             total += n;
-            if n < batch.len() {
+            if n < CQE_BATCH {
                 break;
             }
         }
+        batch.clear();
+        *self.cqe_batch.borrow_mut() = batch;
         total
     }
 

@@ -84,6 +84,9 @@ pub const SEND_CHUNK: usize = bufs::BIG;
 /// Buffer group id of the shard's provided-buffer ring.
 const BGID: u16 = 0;
 
+/// Completions a turn copies out of the queue at a time.
+const CQE_BATCH: usize = 64;
+
 /// Lazy turns in a row that may leave queued entries unsubmitted.
 pub const MAX_DEFERRED_TURNS: u32 = 2;
 
@@ -288,6 +291,10 @@ pub struct Ring {
     rearm: RefCell<Vec<(u32, u32)>>,
     /// Entries that found the submission queue full (see [`Ring::push`]).
     backlog: RefCell<Vec<squeue::Entry>>,
+    /// Completions copied out of the queue before they are dispatched (a
+    /// dispatch pushes entries, which needs the ring): kept between turns
+    /// so a turn does not zero a fresh array of [`CQE_BATCH`] each time.
+    cqe_batch: RefCell<Vec<(u64, i32, u32)>>,
     /// `MSG_DONTWAIT` sends in the submission queue, not yet submitted: each
     /// posts its completion within the enter that submits it.
     inline_sends: Cell<u32>,
@@ -350,6 +357,7 @@ impl Ring {
             starved: RefCell::new(Vec::with_capacity(64)),
             rearm: RefCell::new(Vec::new()),
             backlog: RefCell::new(Vec::new()),
+            cqe_batch: RefCell::new(Vec::with_capacity(CQE_BATCH)),
             inline_sends: Cell::new(0),
             deferred: Cell::new(0),
             backstop: opts.inline_backstop,
