@@ -18,12 +18,41 @@ pub struct IpText {
 }
 
 impl IpText {
+    /// An IPv4 address is written octet by octet (formatting it through
+    /// `core::fmt` cost ~1,000 instructions per request); IPv6 by `Display`.
     pub fn new(ip: IpAddr) -> IpText {
         let mut buf = [0u8; 45];
-        let mut cur = std::io::Cursor::new(&mut buf[..]);
-        let _ = write!(cur, "{ip}");
-        let len = cur.position() as u8;
-        IpText { buf, len }
+        let len = match ip {
+            IpAddr::V4(v4) => {
+                let mut at = 0;
+                for (i, o) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        buf[at] = b'.';
+                        at += 1;
+                    }
+                    if o >= 100 {
+                        buf[at] = b'0' + o / 100;
+                        at += 1;
+                    }
+                    if o >= 10 {
+                        buf[at] = b'0' + o / 10 % 10;
+                        at += 1;
+                    }
+                    buf[at] = b'0' + o % 10;
+                    at += 1;
+                }
+                at
+            }
+            IpAddr::V6(_) => {
+                let mut cur = std::io::Cursor::new(&mut buf[..]);
+                let _ = write!(cur, "{ip}");
+                cur.position() as usize
+            }
+        };
+        IpText {
+            buf,
+            len: len as u8,
+        }
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -326,6 +355,25 @@ mod tests {
     use zgix_parser::{Limits, Method, RequestParser, ResponseParser, Status};
 
     const EP: &str = "127.0.0.1:9000";
+
+    #[test]
+    fn ip_text_is_what_display_writes() {
+        for ip in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "9.10.99.100",
+            "203.0.113.7",
+            "255.255.255.255",
+            "10.0.200.5",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:192.0.2.128",
+            "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(IpText::new(ip).as_bytes(), ip.to_string().as_bytes());
+        }
+    }
 
     /// The head zgix sends upstream for the raw request `raw`.
     fn upstream(raw: &str, via: Option<&[u8]>) -> String {

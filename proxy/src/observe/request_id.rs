@@ -38,27 +38,37 @@ impl std::fmt::Debug for RequestId {
 }
 
 thread_local! {
-    /// A SplitMix64 state per thread, seeded from the OS's randomness through
-    /// std's `RandomState` (no extra crate, no syscall per request).
-    static STATE: Cell<u64> = Cell::new(seed());
+    /// A SplitMix64 state per thread, seeded on first use from the OS's
+    /// randomness through std's `RandomState` (no extra crate, no syscall per
+    /// request); 0 until then (a const initialiser: no lazy-init check).
+    static STATE: Cell<u64> = const { Cell::new(0) };
 }
 
 fn seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::process::id() as u64);
-    h.finish()
+    h.finish() | 1
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014): full-period, well mixed; the IDs must
 /// be unique and unguessable enough not to collide across a fleet, not secret.
-fn next_u64() -> u64 {
-    STATE.with(|s| {
-        let z = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-        s.set(z);
+/// Two outputs, one thread-local access.
+fn next_pair() -> (u64, u64) {
+    fn mix(z: u64) -> u64 {
         let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+    STATE.with(|s| {
+        let mut z = s.get();
+        if z == 0 {
+            z = seed();
+        }
+        let a = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let b = a.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        s.set(b);
+        (mix(a), mix(b))
     })
 }
 
@@ -94,15 +104,11 @@ impl RequestId {
     /// A new random 128-bit ID, 32 lowercase hex digits.
     pub fn generate(&mut self) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let (a, b) = (next_u64(), next_u64());
-        for (i, byte) in a
-            .to_be_bytes()
-            .into_iter()
-            .chain(b.to_be_bytes())
-            .enumerate()
-        {
-            self.buf[2 * i] = HEX[(byte >> 4) as usize];
-            self.buf[2 * i + 1] = HEX[(byte & 15) as usize];
+        let (a, b) = next_pair();
+        for (half, w) in [a, b].into_iter().enumerate() {
+            for j in 0..16 {
+                self.buf[16 * half + j] = HEX[((w >> (60 - 4 * j)) & 15) as usize];
+            }
         }
         self.len = 32;
     }
