@@ -345,7 +345,14 @@ fn a_request_state_that_cannot_be_mapped_refuses_that_connection_503_and_the_pro
         const REFUSED: usize = 3;
         for i in 0..REFUSED {
             let mut c = Client::connect(zgix.addr());
-            let r = c.get("/");
+            c.send(b"GET / HTTP/1.1\r\nHost: test.local\r\n\r\n");
+            let r = c.try_read_response(false).unwrap_or_else(|e| {
+                panic!(
+                    "{driver:?}: connection {i}: {e}; zgix alive: {}; stderr:\n{}",
+                    std::path::Path::new(&format!("/proc/{}/stat", zgix.pid())).exists(),
+                    zgix.stderr()
+                )
+            });
             assert_eq!(r.status, 503, "{driver:?}: connection {i}: {}", r.show());
             assert_eq!(
                 r.field("connection"),
