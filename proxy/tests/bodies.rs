@@ -365,9 +365,7 @@ fn a_64_mib_download_on_the_bulk_path_is_byte_exact_and_the_connection_stays_in_
     );
     wait_bulk_bytes(&zgix, n - COPY_SLACK);
     // The next request on the same connection is answered in sync.
-    let r = client.get("/cl/5");
-    assert_eq!(r.status, 200);
-    assert_eq!(r.body, b"abcde");
+    assert_in_sync(&mut client);
 }
 
 #[test]
@@ -427,6 +425,14 @@ fn assert_on_the_bulk_path(relayed: u64, spliced: u64, n: u64) {
         relayed + spliced >= n - COPY_SLACK,
         "{spliced} bytes of {n} spliced, {relayed} relayed"
     );
+}
+
+/// The next request on `client`'s connection gets its own answer: the
+/// connection is in sync after what came before.
+fn assert_in_sync(client: &mut Client) {
+    let r = client.get("/cl/5");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"abcde");
 }
 
 /// zgix still answers a small request on a new connection.
@@ -602,9 +608,7 @@ fn a_chunked_8_mib_response_of_big_chunks_is_spliced_and_arrives_byte_exact_with
     let n = 4 * MIB + 333;
     client.send(format!("GET /chunked/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
     check_chunked_raw(&mut client, n, CHUNK);
-    let r = client.get("/cl/5");
-    assert_eq!(r.status, 200);
-    assert_eq!(r.body, b"abcde");
+    assert_in_sync(&mut client);
 }
 
 #[test]
@@ -928,6 +932,25 @@ fn cert(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
     (dir, cp, kp)
 }
 
+/// The body curl reads from `https://localhost:PORT{path}` (zgix's TLS
+/// listener, certificate `ca`); fails the test if curl does.
+fn curl_tls(ca: &std::path::Path, port: u16, path: &str) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("localhost:{port}:127.0.0.1"))
+        .arg(format!("https://localhost:{port}{path}"))
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 #[test]
 fn a_tls_listener_relays_large_bodies_by_copying() {
     let origin = BodyOrigin::start();
@@ -945,40 +968,13 @@ fn a_tls_listener_relays_large_bodies_by_copying() {
     let zgix = Zgix::start_json(&json);
     let tls_port = zgix.listeners[1].port();
     let n = 16 * MIB;
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "30", "--cacert"])
-        .arg(&c)
-        .arg("--resolve")
-        .arg(format!("localhost:{tls_port}:127.0.0.1"))
-        .arg(format!("https://localhost:{tls_port}/cl/{n}"))
-        .output()
-        .expect("run curl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.stdout.len() as u64, n);
-    assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(n));
+    let body = curl_tls(&c, tls_port, &format!("/cl/{n}"));
+    assert_eq!(body.len() as u64, n);
+    assert_eq!(fnv(FNV0, &body), pattern_fnv(n));
     // Big chunks over TLS: copied too (curl takes the chunked framing off).
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "30", "--cacert"])
-        .arg(&c)
-        .arg("--resolve")
-        .arg(format!("localhost:{tls_port}:127.0.0.1"))
-        .arg(format!(
-            "https://localhost:{tls_port}/chunked/{}/{MIB}",
-            4 * MIB
-        ))
-        .output()
-        .expect("run curl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.stdout.len() as u64, 4 * MIB);
-    assert_eq!(fnv(FNV0, &out.stdout), pattern_fnv(4 * MIB));
+    let body = curl_tls(&c, tls_port, &format!("/chunked/{}/{MIB}", 4 * MIB));
+    assert_eq!(body.len() as u64, 4 * MIB);
+    assert_eq!(fnv(FNV0, &body), pattern_fnv(4 * MIB));
     // Then 1 MiB on the plaintext listener: the bulk counter moves by that
     // alone, so the 20 MiB over TLS were copied.
     let mut client = Client::connect(zgix.addr());

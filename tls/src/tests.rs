@@ -23,6 +23,21 @@ fn listener(pairs: &[&Pair], unknown: UnknownSni, min: MinVersion, tickets: bool
     }
 }
 
+/// A server config for one ECDSA certificate naming `site.example` (the
+/// first certificate for an unknown name, TLS 1.2 and up), with or without
+/// session tickets; and the key pair, for clients to trust.
+fn site(tickets: bool) -> (Pair, Arc<rustls::ServerConfig>) {
+    let p = testkeys::ecdsa(&["site.example"]);
+    let server = server::config(&listener(
+        &[&p],
+        UnknownSni::Default,
+        MinVersion::Tls12,
+        tickets,
+    ))
+    .unwrap();
+    (p, server)
+}
+
 fn client(
     trust: &[&Pair],
     versions: &[&'static rustls::SupportedProtocolVersion],
@@ -105,14 +120,7 @@ fn connect(
 
 #[test]
 fn a_handshake_then_data_both_ways_with_alpn_and_close_notify() {
-    let p = testkeys::ecdsa(&["site.example"]);
-    let server = server::config(&listener(
-        &[&p],
-        UnknownSni::Default,
-        MinVersion::Tls12,
-        true,
-    ))
-    .unwrap();
+    let (p, server) = site(true);
     let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[b"http/1.1"]));
     let (mut c, mut s) = connect(&cfg, "site.example", &server);
     let mut got = Vec::new();
@@ -159,14 +167,7 @@ fn a_ticket_from_one_session_resumes_on_another_sharing_the_keys() {
 
 #[test]
 fn without_tickets_nothing_resumes() {
-    let p = testkeys::ecdsa(&["site.example"]);
-    let server = server::config(&listener(
-        &[&p],
-        UnknownSni::Default,
-        MinVersion::Tls12,
-        false,
-    ))
-    .unwrap();
+    let (p, server) = site(false);
     let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[]));
     for _ in 0..2 {
         let (mut c, mut s) = connect(&cfg, "site.example", &server);
@@ -233,14 +234,7 @@ fn sni_picks_the_certificate_and_refuse_fails_an_unknown_name() {
 
 #[test]
 fn garbage_after_a_record_header_is_a_bad_hello_and_leaves_an_alert() {
-    let p = testkeys::ecdsa(&["site.example"]);
-    let server = server::config(&listener(
-        &[&p],
-        UnknownSni::Default,
-        MinVersion::Tls12,
-        true,
-    ))
-    .unwrap();
+    let (p, server) = site(true);
     let mut s = Session::new(server).unwrap();
     let mut junk = vec![22, 3, 1, 0, 8, 1, 0, 0, 4, 9, 9, 9, 9];
     let e = s.read(&mut junk, &mut |_| {}).unwrap_err();
@@ -320,14 +314,7 @@ fn the_server_picks_aes_128_gcm_over_a_client_that_prefers_aes_256() {
 /// bytes is cut), shorter (it grows), or empty, and for 1 to 3 records.
 #[test]
 fn write_over_a_scratch_buffer_sends_exactly_the_records_whatever_it_held() {
-    let p = testkeys::ecdsa(&["site.example"]);
-    let server = server::config(&listener(
-        &[&p],
-        UnknownSni::Default,
-        MinVersion::Tls12,
-        false,
-    ))
-    .unwrap();
+    let (p, server) = site(false);
     let cfg = Arc::new(client(&[&p], &[&rustls::version::TLS13], &[b"http/1.1"]));
     let (mut c, mut s) = connect(&cfg, "site.example", &server);
     c.writer().write_all(b"hi").unwrap();

@@ -79,16 +79,10 @@ impl<K: Copy + Ord> Deadlines<K> {
     /// Pops every entry due at `now` and hands it to `fire` (which ignores
     /// stale ones). Returns how many entries were visited.
     pub(super) fn pop_due(&mut self, now: Instant, mut fire: impl FnMut(K, Instant)) -> usize {
-        let mut visited = 0;
-        while let Some(&Reverse(Entry(at, k))) = self.heap.peek() {
-            if at > now {
-                break;
-            }
-            self.heap.pop();
-            visited += 1;
+        self.pop_due_moving(now, |k, at| {
             fire(k, at);
-        }
-        visited
+            None
+        })
     }
 
     /// [`Deadlines::prune`] for owners that move their entries: `at_now`
