@@ -25,12 +25,18 @@
 # printed beside it. Medians of the rounds; ratios to the better peer. Every
 # server prefers TLS_AES_128_GCM_SHA256 (zgix's own order; set on the peers).
 #
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--body-bytes N] [--rows] [--idle N] [--base-port P] [--no-build]
+# --clients N: N `s_time` processes at once for the handshake columns (default
+# 1: one serial client, whose pace leaves the server idle between steps, so
+# each handshake also pays the server's wake-ups; with several the server is
+# kept busy). The client CPU's busy share over each handshake run is printed
+# (client% columns): near 100 % means the client set the pace.
+#
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--body-bytes N] [--rows] [--idle N] [--clients N] [--base-port P] [--no-build]
 # (--no-build: use the release binaries under $CARGO_TARGET_DIR, else target/, as they are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0 body=64 rows=0 args=()
+rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0 body=64 rows=0 clients=1 args=()
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --body-bytes) body="$2"; shift 2 ;;
@@ -39,6 +45,7 @@ while [ "$#" -gt 0 ]; do
         --duration) duration="$2"; args+=("$1" "$2"); shift 2 ;;
         --rsa) rsa=1; shift ;;
         --idle) idle="$2"; shift 2 ;;
+        --clients) clients="$2"; args+=("$1" "$2"); shift 2 ;;
         --base-port) base="$2"; args+=("$1" "$2"); shift 2 ;;
         --no-build) build=0; shift ;;
         *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
@@ -68,11 +75,11 @@ if [ "$rows" = 1 ]; then
         out="$("$0" --no-build "${args[@]}" "$@")"
         printf '== %s\n%s\n' "$label" "$out" >&2
         printf '%s\n' "$out" | awk -v l="$label" '
-            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s %14s\n", l, $1, $2, $3, $4, $5, $6}
+            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s %14s %12s %12s\n", l, $1, $2, $3, $4, $5, $6, $7, $8}
             /^zgix \/ better/ {r = r " " $NF}
             END {printf "%-12s ratios to the better peer (full, resumed, request, p99):%s\n", l, r}'
     }
-    printf '%-12s %-9s %14s %14s %14s %14s %14s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us"
+    printf '%-12s %-9s %14s %14s %14s %14s %14s %12s %12s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us" "client% full" "client% res"
     row ecdsa-64B
     row rsa2048-64B --rsa
     row ecdsa-16KiB --body-bytes 16384
@@ -227,22 +234,33 @@ fi
 
 for t in zgix nginx haproxy; do "start_$t"; wait_tls "$t"; done
 
-# handshakes TARGET new|reuse: "handshakes us_per_handshake client_busy%"
+# cpu_jiffies CPU: "busy total" jiffies of one CPU from /proc/stat.
+cpu_jiffies() {
+    awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
+}
+
+# handshakes TARGET new|reuse: "handshakes us_per_handshake client_cpu_busy%"
 handshakes() {
-    local t="$1" how="$2" port out n c0 c1 k0 k1
+    local t="$1" how="$2" port n c0 c1 i b0 t0 b1 t1
     port="$(port_of "$t")"
     c0="$(cpu_ticks "$t")"
-    k0="$(awk '{print $14 + $15}' /proc/self/stat)"
+    read -r b0 t0 <<<"$(cpu_jiffies "$client_cpu")"
     # -www /: each connection asks for / and reads the answer before it
     # closes, so the client reads the TLS 1.3 tickets that come after the
     # handshake (without it s_time closes first: no ticket is ever read,
     # -reuse resumes nothing, and the server's ticket write meets a reset).
-    out="$(taskset -c "$client_cpu" openssl s_time -connect "127.0.0.1:$port" "-$how" -tls1_3 \
-        -www / -time "$duration" 2>/dev/null || true)"
+    for i in $(seq "$clients"); do
+        taskset -c "$client_cpu" openssl s_time -connect "127.0.0.1:$port" "-$how" -tls1_3 \
+            -www / -time "$duration" >"$tmp/s_time.$i" 2>/dev/null &
+    done
+    wait
     c1="$(cpu_ticks "$t")"
-    n="$(printf '%s\n' "$out" | awk '/connections in [0-9.]+ real seconds/ {print $1; exit}')"
-    [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "bench-tls: $t completed no handshake ($how)" >&2; exit 1; }
-    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN {printf "%d %.1f\n", n, (b - a) * 1e6 / hz / n}'
+    read -r b1 t1 <<<"$(cpu_jiffies "$client_cpu")"
+    n="$(cat "$tmp"/s_time.* | awk '/connections in [0-9.]+ real seconds/ {n += $1} END {print n + 0}')"
+    rm -f "$tmp"/s_time.*
+    [ "$n" -gt 0 ] || { echo "bench-tls: $t completed no handshake ($how)" >&2; exit 1; }
+    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v cb=$((b1 - b0)) -v ct=$((t1 - t0)) \
+        'BEGIN {printf "%d %.1f %d\n", n, (b - a) * 1e6 / hz / n, ct ? cb * 100 / ct : 0}'
 }
 
 # zgix_resumed: zgix's zgix_tls_resumed_total so far.
@@ -263,12 +281,12 @@ keepalive() {
     awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v p="$p99" 'BEGIN {printf "%d %.1f %s\n", n, (b - a) * 1e6 / hz / n, p}'
 }
 
-declare -A full=() resumed=() ka=() fullrate=() kap99=()
+declare -A full=() resumed=() ka=() fullrate=() kap99=() fullcli=() rescli=()
 for r in $(seq "$rounds"); do
     for t in zgix nginx haproxy; do
-        read -r n us <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "
+        read -r n us cli <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "; fullcli[$t]+="$cli "
         [ "$t" = zgix ] && r0="$(zgix_resumed)"
-        read -r n us <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "
+        read -r n us cli <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "; rescli[$t]+="$cli "
         if [ "$t" = zgix ]; then
             # s_time's -reuse must resume: else the column is full handshakes.
             got=$(( $(zgix_resumed) - r0 ))
@@ -281,11 +299,11 @@ for r in $(seq "$rounds"); do
 done
 
 med() { tr ' ' '\n' | grep -v '^$' | median; }
-printf '\n%-9s %14s %14s %14s %14s %14s\n' target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us"
+printf '\n%-9s %14s %14s %14s %14s %14s %12s %12s\n' target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us" "client% full" "client% res"
 for t in zgix nginx haproxy; do
-    printf '%-9s %14s %14s %14s %14s %14s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
+    printf '%-9s %14s %14s %14s %14s %14s %12s %12s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
         "$(echo "${full[$t]}" | med)" "$(echo "${resumed[$t]}" | med)" "$(echo "${ka[$t]}" | med)" \
-        "$(echo "${kap99[$t]}" | med)"
+        "$(echo "${kap99[$t]}" | med)" "$(echo "${fullcli[$t]}" | med)" "$(echo "${rescli[$t]}" | med)"
 done
 ratio() { # KIND
     local -n m="$1"
@@ -296,4 +314,4 @@ ratio() { # KIND
 }
 echo
 ratio full; ratio resumed; ratio ka; ratio kap99
-echo "(server CPU per handshake or request; $([ "$rsa" = 1 ] && echo RSA-2048 || echo ECDSA P-256), $body-byte bodies; the client runs on CPU $client_cpu and may be the rate limit: full/s is the client's pace)"
+echo "(server CPU per handshake or request; $([ "$rsa" = 1 ] && echo RSA-2048 || echo ECDSA P-256), $body-byte bodies; $clients s_time client(s) on CPU $client_cpu, whose busy share is client%: near 100, the client set the pace, full/s)"
