@@ -45,7 +45,7 @@ fn by_pieces(input: &[u8], step: usize, max_body: u64) -> Result<(Out, usize), P
         loop {
             out.clear();
             let r = rechunk_pieces(&mut dec, &input[pos..end], &mut out)?;
-            assert!(out.pieces().len() + 1 <= PIECES_MAX);
+            assert!(out.pieces().len() < PIECES_MAX);
             assert!(out.framing().len() + CALLER_BYTES <= FRAMING_MAX);
             assert_eq!(out.len(), {
                 let mut v = Vec::new();

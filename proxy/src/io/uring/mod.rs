@@ -293,7 +293,10 @@ pub struct Ring {
     /// Buffers of relayed sends that ended where the slot table was not at
     /// hand: recycled at the next turn (or relay poll).
     returned: RefCell<Vec<u16>>,
-    /// Idle gathered-send boxes (`gather.rs`).
+    /// Idle gathered-send boxes (`gather.rs`): boxed, as a send's header
+    /// points into its own iovecs, so one moves between the slot and here
+    /// as a pointer.
+    #[allow(clippy::vec_box)]
     gathers: RefCell<Vec<Box<gather::GatherOp>>>,
     /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
     starved: RefCell<Vec<(u32, u32)>>,
