@@ -9,11 +9,10 @@
 //! chunk's data go socket to socket instead (`bulk.rs`).
 
 use zgix_parser::{
-    BodyKind, ChunkedDecoder, ParseError, RequestHead, ResponseBody, ResponseHead, Status, Version,
+    BodyKind, ChunkedDecoder, Pieces, RequestHead, ResponseBody, ResponseHead, Status, Version,
 };
 
 use std::cell::Cell;
-use std::io::Write as _;
 
 use super::bulk::{takes_bulk, Lane, Progress, RelayEnd};
 use super::client::ClientConn;
@@ -62,7 +61,10 @@ pub(super) struct Upload<'a> {
     /// and a pipelined request may follow it.
     pub cl: &'a mut ClientBytes,
     pub chunked: &'a mut ChunkedDecoder,
-    /// The chunked body re-encoded without extensions or trailers.
+    /// The chunked body re-encoded without extensions or trailers, as a
+    /// gather list (`rechunk_up.rs`)...
+    pub pieces: &'a mut Pieces,
+    /// ... and copied, for a TLS upstream.
     pub rechunked: &'a mut Vec<u8>,
     pub body: BodyKind,
     /// Body bytes already sent with the head.
@@ -119,80 +121,17 @@ impl Upload<'_> {
                     }
                 }
                 BodyKind::Chunked => {
-                    // Both ends plaintext: the data of a large chunk may take
-                    // the bulk path, and the client's receive mode is left as
-                    // the last body set it until a chunk is spliced or the
-                    // body ends without one (as for responses, below).
-                    let bulk = super::bulk::plain(self.client).zip(super::bulk::plain_up(self.up));
-                    if bulk.is_none() {
-                        many(self.client);
+                    super::rechunk_up::ChunkedUp {
+                        client: self.client,
+                        up: self.up,
+                        cl: &mut *cl,
+                        dec: &mut *self.chunked,
+                        pieces: &mut *self.pieces,
+                        copy: &mut *self.rechunked,
+                        shard: self.shard,
                     }
-                    let mut spliced = false;
-                    // RFC 9112 §7.1.1: zgix interprets no chunk extension, so
-                    // the origin gets the body re-encoded without any (and
-                    // without trailers): no extension parser of the origin's
-                    // can disagree with zgix's.
-                    *self.chunked = ChunkedDecoder::new(self.shard.rt.request_limits.max_body);
-                    let want = cl.capacity() + zgix_parser::RECHUNK_SLACK + BULK_CHUNK_FRAMING;
-                    if self.rechunked.capacity() < want {
-                        self.rechunked.reserve_exact(want);
-                    }
-                    // The CRLF that ends a chunk whose data went on the bulk
-                    // path, sent with the next framing; and, from that chunk
-                    // until the next chunk's data, reads of at most
-                    // FRAMING_READ.
-                    let (mut crlf, mut framing) = (false, false);
-                    loop {
-                        self.rechunked.clear();
-                        if std::mem::take(&mut crlf) {
-                            self.rechunked.extend_from_slice(b"\r\n");
-                        }
-                        let r = zgix_parser::rechunk(self.chunked, cl.bytes(), self.rechunked)
-                            .map_err(Fail::ClientBad)?;
-                        cl.consume(r.consumed);
-                        // All buffered bytes re-encoded and the chunk still owes
-                        // its rest: that rest goes on as a chunk of its own, its
-                        // size line here, its data socket to socket, its CRLF
-                        // with the next framing (the same re-encoding `rechunk`
-                        // makes: one chunk per data run, no extensions).
-                        let owed = self.chunked.data_owed();
-                        let big = bulk
-                            .filter(|_| cl.pending() == 0 && super::bulk::takes_bulk_chunk(owed));
-                        if big.is_some() {
-                            let _ = write!(self.rechunked, "{owed:x}\r\n");
-                        }
-                        if !self.rechunked.is_empty() {
-                            self.up
-                                .write_all(self.rechunked)
-                                .await
-                                .map_err(|e| upstream_io(&e))?;
-                        }
-                        if r.done {
-                            break;
-                        }
-                        if let Some((c, u)) = big {
-                            let lane = super::bulk::lane(c, true);
-                            relay_up(c, u, owed, cl.scratch(), lane).await?;
-                            self.chunked.skip_data(owed);
-                            (spliced, crlf, framing) = (true, true, true);
-                        } else if owed > 0 {
-                            framing = false;
-                        }
-                        cl.compact();
-                        if cl.is_full() {
-                            return Err(Fail::ClientBad(ParseError::BadChunk));
-                        }
-                        let spare = cl.spare();
-                        let room = match framing {
-                            true => FRAMING_READ.min(spare.len()),
-                            false => spare.len(),
-                        };
-                        let n = read_client(self.client, &mut spare[..room]).await?;
-                        cl.filled(n);
-                    }
-                    if bulk.is_some() && !spliced {
-                        many(self.client);
-                    }
+                    .run()
+                    .await?
                 }
             }
             Ok(())
@@ -203,21 +142,16 @@ impl Upload<'_> {
     }
 }
 
-/// Room for the framing the bulk path adds around a chunk's data in one
-/// re-encoded write (beyond `RECHUNK_SLACK`): the CRLF ending the last
-/// spliced chunk and a size line of up to 16 hex digits and its CRLF.
-const BULK_CHUNK_FRAMING: usize = 2 + 16 + 2;
-
 /// The most read at a time for the framing after a chunk whose data took
 /// the bulk path, until the next chunk's data begins: the CRLF and the next
 /// size line (RFC 9112 §7.1) are usually a few bytes, and the next chunk's
 /// data should stay in the socket for its own splices (a read of the whole
 /// buffer copied up to 64 KiB of each chunk's data on epoll). Once in a
 /// chunk too small for the bulk path, reads are full size again.
-const FRAMING_READ: usize = 4 << 10;
+pub(super) const FRAMING_READ: usize = 4 << 10;
 
 /// One read from the client; EOF and stalls end the exchange.
-async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail> {
+pub(super) async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail> {
     match client.read(buf).await {
         Ok(0) | Err(_) => Err(Fail::ClientGone),
         Ok(n) => Ok(n),
@@ -226,14 +160,14 @@ async fn read_client(client: &ClientConn, buf: &mut [u8]) -> Result<usize, Fail>
 
 /// A plaintext client's body that is not spliced: its socket goes back to
 /// (or stays on) the ring's multishot receive.
-fn many(client: &ClientConn) {
+pub(super) fn many(client: &ClientConn) {
     if let Some(s) = super::bulk::plain(client) {
         s.receive_one(false);
     }
 }
 
 /// The rest of a Content-Length request body on the bulk path (`bulk.rs`).
-async fn relay_up(
+pub(super) async fn relay_up(
     client: &Sock,
     up: &Sock,
     n: u64,

@@ -403,6 +403,7 @@ impl Conn {
             up,
             cl: &mut x.cl,
             chunked: &mut x.req_chunked,
+            pieces: &mut x.body_pieces,
             rechunked: &mut x.body_out,
             body,
             done: coalesced,

@@ -54,6 +54,7 @@ mod forward;
 mod h2;
 pub mod handshake;
 mod head;
+mod rechunk_up;
 mod retry;
 pub mod shard;
 pub mod slab;

@@ -43,8 +43,15 @@ impl State {
 /// arrived and is not handled yet (a head being read, body bytes, a
 /// pipelined request). `start` and `end` are private: only these methods
 /// move them, each keeping `start <= end <= buf.len()`.
+///
+/// The buffer is shared (`Rc`) with the gathered sends that send its bytes
+/// without a copy (a re-encoded chunked body, `io/gather.rs`): on the ring
+/// such a send holds it until its completion, even after its future went
+/// away. So it is written only through [`ClientBytes::own`], which goes on
+/// in a copy of the unhandled bytes while a send still holds it: the kernel
+/// never reads bytes written after the send began.
 pub struct ClientBytes {
-    buf: Buf,
+    buf: Rc<Buf>,
     start: usize,
     end: usize,
 }
@@ -52,10 +59,39 @@ pub struct ClientBytes {
 impl ClientBytes {
     fn new(buf: Buf) -> ClientBytes {
         ClientBytes {
-            buf,
+            buf: Rc::new(buf),
             start: 0,
             end: 0,
         }
+    }
+
+    /// The buffer, for a gathered send of [`ClientBytes::bytes`] (its
+    /// ranges start at [`ClientBytes::mark`]).
+    pub(super) fn shared(&self) -> &Rc<Buf> {
+        &self.buf
+    }
+
+    /// The buffer to write: this one, or, while a gathered send the kernel
+    /// may still read holds it (its future was dropped mid-send), a new one
+    /// with the bytes copied over. A mapping refused then leaves
+    /// an empty buffer: no bytes, no room (reads see EOF, the connection
+    /// ends; the pool does not keep it).
+    fn own(&mut self) -> &mut Buf {
+        if Rc::get_mut(&mut self.buf).is_none() {
+            let fresh = match Buf::try_new(self.buf.len()) {
+                Ok(mut b) => {
+                    // From 0, not `start`: a rewind may take back consumed bytes.
+                    b[..self.end].copy_from_slice(&self.buf[..self.end]);
+                    b
+                }
+                Err(_) => {
+                    (self.start, self.end) = (0, 0);
+                    Buf::empty()
+                }
+            };
+            self.buf = Rc::new(fresh);
+        }
+        Rc::get_mut(&mut self.buf).expect("a buffer no send holds")
     }
 
     /// What arrived and is not handled yet.
@@ -88,7 +124,9 @@ impl ClientBytes {
     /// Moves the unhandled bytes to the buffer's start, making room after them.
     pub(super) fn compact(&mut self) {
         if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
+            self.own();
+            let (start, end) = (self.start, self.end);
+            self.own().copy_within(start..end, 0);
             self.end -= self.start;
             self.start = 0;
         }
@@ -112,7 +150,9 @@ impl ClientBytes {
 
     /// The room after the unhandled bytes, to read into; then [`ClientBytes::filled`].
     pub(super) fn spare(&mut self) -> &mut [u8] {
-        &mut self.buf[self.end..]
+        self.own();
+        let end = self.end;
+        &mut self.own()[end..]
     }
 
     /// `n` bytes were read into [`ClientBytes::spare`].
@@ -124,7 +164,7 @@ impl ClientBytes {
     /// after moving what was pending, a lingering close).
     pub(super) fn scratch(&mut self) -> &mut [u8] {
         self.clear();
-        &mut self.buf[..]
+        &mut self.own()[..]
     }
 
     /// Moves the unhandled bytes to the start and forgets them; returns
@@ -153,7 +193,9 @@ pub struct Exchange {
     pub(super) resp: ResponseHead,
     pub(super) req_chunked: ChunkedDecoder,
     pub(super) resp_chunked: ChunkedDecoder,
-    /// A chunked request body re-encoded for the origin (sized on first use).
+    /// A chunked request body re-encoded for the origin: its gather list
+    /// (`rechunk_up.rs`), and its copy for a TLS upstream (sized on first use).
+    pub(super) body_pieces: zgix_parser::Pieces,
     pub(super) body_out: Vec<u8>,
     /// The access-log record of the current request, and what it needs of
     /// the head once the buffer holds body bytes: the method, the query,
@@ -193,6 +235,7 @@ impl Exchange {
             resp: ResponseHead::new(rt.response_max_headers()),
             req_chunked: ChunkedDecoder::new(u64::MAX),
             resp_chunked: ChunkedDecoder::new(u64::MAX),
+            body_pieces: zgix_parser::Pieces::new(),
             body_out: Vec::new(),
             rec: crate::observe::access_log::Record::new(
                 li,
@@ -279,7 +322,10 @@ pub(super) fn take(shard: &Rc<Shard>, li: usize) -> std::io::Result<Held> {
 fn put_back(shard: &Shard, mut x: Box<Exchange>) {
     shard.exchanges_out.set(shard.exchanges_out.get() - 1);
     let mut pool = shard.exchanges.borrow_mut();
-    if pool.len() < shard.rt.config.io.idle_exchanges && !shard.retired.get() {
+    // An exchange whose client buffer is empty (refused in `ClientBytes::own`)
+    // is not kept.
+    let whole = x.cl.capacity() == shard.rt.client_buffer_bytes();
+    if pool.len() < shard.rt.config.io.idle_exchanges && !shard.retired.get() && whole {
         x.cl.clear();
         x.scan = HeadScan::default();
         x.ustart = 0;
@@ -328,5 +374,33 @@ pub fn trim_memory(shard: &Shard) {
     if FREED.with(|f| f.replace(0)) > 0 {
         // SAFETY: malloc_trim only releases free memory of this process.
         unsafe { libc::malloc_trim(0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_a_send_still_holds_are_never_written_the_client_goes_on_in_a_copy() {
+        let mut cl = ClientBytes::new(Buf::new(64));
+        cl.spare()[..11].copy_from_slice(b"hello world");
+        cl.filled(11);
+        cl.consume(6);
+        // A gathered send the kernel may still read holds the buffer.
+        let held = cl.shared().clone();
+        let before = held.as_ptr();
+        cl.compact();
+        cl.spare()[..3].copy_from_slice(b"!!!");
+        cl.filled(3);
+        assert_eq!(cl.bytes(), b"world!!!");
+        assert_eq!(&held[..11], b"hello world", "the held bytes were written");
+        assert_ne!(cl.shared().as_ptr(), before);
+        // Let go, the buffer is written in place again (no copy per read).
+        drop(held);
+        let now = cl.shared().as_ptr();
+        cl.spare()[0] = b'?';
+        assert_eq!(cl.shared().as_ptr(), now);
+        assert_eq!(cl.capacity(), 64);
     }
 }

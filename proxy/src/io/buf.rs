@@ -40,6 +40,10 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if self.len == 0 {
+            // `Buf::empty`'s: nothing was mapped.
+            return;
+        }
         // SAFETY: ptr/len are the mapping made in `new`, unmapped once.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
@@ -61,6 +65,18 @@ impl Buf {
             map: Mapping::new(len)?,
             len,
         })
+    }
+
+    /// A buffer of no bytes, with no mapping (what is left when a new
+    /// mapping is refused and the old one cannot be written).
+    pub fn empty() -> Buf {
+        Buf {
+            map: Mapping {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+            },
+            len: 0,
+        }
     }
 
     /// A buffer of `len` bytes; panics (an abort of the whole process in

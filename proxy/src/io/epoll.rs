@@ -167,6 +167,33 @@ impl Epoll {
         Poll::Pending
     }
 
+    /// One non-blocking `sendmsg` of a gather list (synchronous, like
+    /// [`Epoll::poll_write`]: the kernel has copied the bytes from where
+    /// they are when it returns); waits for an `EPOLLOUT` edge, up to
+    /// `deadline`, when the socket is full.
+    pub(super) fn poll_gather(
+        st: &mut State,
+        token: u32,
+        iov: &mut [libc::iovec],
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+        now: Instant,
+    ) -> Poll<io::Result<usize>> {
+        let s = &mut st.slots[token as usize];
+        match super::gather::sendmsg_nb(s.fd, iov) {
+            Ok(n) => return Poll::Ready(Ok(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.be.e().writable = false,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        if let Err(e) = Driver::wait_write(st, token, cx, deadline, now) {
+            return Poll::Ready(Err(e));
+        }
+        if st.slots[token as usize].be.e().writable {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+
     /// Whether the peer closed or sent something unasked.
     pub(super) fn is_stale(s: &mut Slot) -> bool {
         let mut b = [0u8; 1];

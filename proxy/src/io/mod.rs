@@ -53,6 +53,7 @@ mod addr;
 mod buf;
 mod deadline;
 pub mod epoll;
+mod gather;
 mod notify;
 mod ops;
 mod record_buf;
@@ -64,6 +65,8 @@ mod watch;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_gather;
 #[cfg(test)]
 mod tests_lend;
 #[cfg(test)]
@@ -80,6 +83,7 @@ use std::time::{Duration, Instant};
 
 pub use addr::{bind_listener, local_addr, peer_addr};
 pub use buf::Buf;
+pub use gather::{Gather, GATHER_FRAMING, GATHER_IOVS};
 pub use notify::Notifier;
 pub use ops::Relayed;
 #[cfg(test)]
@@ -201,6 +205,11 @@ pub struct DriverStats {
     /// the bytes they carried.
     pub relayed_sends: Cell<u64>,
     pub relayed_bytes: Cell<u64>,
+    /// Gathered sends (both backends: one vectored `sendmsg` of framing
+    /// and ranges of a receive buffer, `Sock::write_all_gather`) and the
+    /// bytes of theirs that came from the buffer without a copy.
+    pub gathered_sends: Cell<u64>,
+    pub gathered_bytes: Cell<u64>,
     /// Bytes moved socket to socket through a pipe with splice (both backends).
     pub spliced_bytes: Cell<u64>,
     /// Relays that found the shard's pipes all in use (or `pipe2` refused)

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use super::gather::{Gather, GATHER_IOVS};
 use super::sock::PipeFds;
 use super::{epoll, uring, Backend, Driver, Role, Side, Slot, SlotBe, State, RD, WR};
 
@@ -203,6 +204,35 @@ impl Driver {
                 cx,
             ),
             Backend::Epoll(_) => unreachable!("epoll sends from the caller's slice"),
+        }
+    }
+
+    /// A gathered send of `g` on `token`. uring: started on the first call
+    /// and continued by the driver until all of it went (the count is the
+    /// whole); epoll: one `sendmsg` of `g` past its first `skip` bytes,
+    /// what the kernel took.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn poll_gather(
+        &self,
+        token: u32,
+        op: &mut OpId,
+        g: &Gather<'_>,
+        skip: usize,
+        deadline: Option<Instant>,
+        cx: &Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let now = self.now();
+        let mut st = self.st.borrow_mut();
+        match &self.backend {
+            Backend::Uring(r) => r.poll_gather(self, &mut st, token, op, g, skip, deadline, cx),
+            Backend::Epoll(_) => {
+                let mut iov = [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; GATHER_IOVS];
+                let n = g.iovecs(skip, g.framing.as_ptr(), &mut iov);
+                epoll::Epoll::poll_gather(&mut st, token, &mut iov[..n], deadline, cx, now)
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::addr::{set_nodelay, tcp_socket};
+use super::gather::Gather;
 use super::ops::{OpId, Relayed};
 use super::{Backend, Driver, Role};
 
@@ -246,6 +247,40 @@ impl Sock {
                 Ok(())
             }
         }
+    }
+
+    /// Sends all of `g` with vectored sends (`sendmsg` over its pieces),
+    /// the data pieces straight from the shared buffer, without a copy in
+    /// user space. On the ring one operation holds a clone of the buffer's
+    /// `Rc` and a copy of the framing until its completion (a dropped or
+    /// forgotten future leaves them with the driver: `io/gather.rs`) and
+    /// the driver sends on after a short write, within the write timeout;
+    /// on epoll each `sendmsg` is synchronous and a short one is resumed
+    /// at the byte it stopped at (up to the write timeout between progress).
+    pub async fn write_all_gather(&self, g: Gather<'_>) -> io::Result<()> {
+        assert!(g.fits(), "a gather list past one send's iovecs or framing");
+        let total = g.len();
+        let mut done = 0;
+        while done < total {
+            let deadline = self.write_timeout.get().map(|d| self.driver.now() + d);
+            let mut op = OpGuard::new(self);
+            let n = poll_fn(|cx| {
+                self.driver
+                    .poll_gather(self.token, &mut op.id, &g, done, deadline, cx)
+            })
+            .await?;
+            drop(op);
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            done += n;
+            self.tx.set(self.tx.get() + n as u64);
+        }
+        let st = &self.driver.stats;
+        st.gathered_sends.set(st.gathered_sends.get() + 1);
+        st.gathered_bytes
+            .set(st.gathered_bytes.get() + g.data_len() as u64);
+        Ok(())
     }
 
     /// One write: how many bytes of `buf` the kernel took. On the ring

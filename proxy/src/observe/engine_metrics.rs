@@ -40,6 +40,10 @@ pub struct EngineCounters {
     /// Bulk relays that found no free pipe, and the pipes out now.
     pub splice_fallbacks: AtomicU64,
     pub pipes_out: AtomicU64,
+    /// Gathered sends (a re-encoded chunked upload's framing and data in
+    /// one `sendmsg`) and their data bytes sent without a copy.
+    pub gathered_sends: AtomicU64,
+    pub gathered_bytes: AtomicU64,
     /// Request states pooled and in use (copied by the shard tick).
     pub exchanges_pooled: AtomicU64,
     pub exchanges_out: AtomicU64,
@@ -258,6 +262,18 @@ fn render_bulk<'a>(o: &mut String, shards: impl Iterator<Item = &'a EngineCounte
         "zgix_io_pipes_out",
         "Splice pipes the bulk path holds now (at most 256 per shard).",
         sum(&|s| s.pipes_out.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_gathered_sends_total",
+        "Vectored sends (sendmsg) of re-encoded chunked request bodies: zgix's framing and the client's data in one gather list.",
+        sum(&|s| s.gathered_sends.load(Ordering::Relaxed)),
+    );
+    counter(
+        o,
+        "zgix_io_gathered_bytes_total",
+        "Chunk-data bytes those vectored sends took from the client's receive buffer, without a copy in user space.",
+        sum(&|s| s.gathered_bytes.load(Ordering::Relaxed)),
     );
 }
 

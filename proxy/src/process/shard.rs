@@ -627,6 +627,10 @@ fn publish_driver(e: &EngineCounters, d: &Driver) {
         .store(s.relayed_bytes.get(), Ordering::Relaxed);
     e.spliced_bytes
         .store(s.spliced_bytes.get(), Ordering::Relaxed);
+    e.gathered_sends
+        .store(s.gathered_sends.get(), Ordering::Relaxed);
+    e.gathered_bytes
+        .store(s.gathered_bytes.get(), Ordering::Relaxed);
     e.accept_stalls
         .store(s.accept_stalls.get(), Ordering::Relaxed);
     e.splice_fallbacks

@@ -190,6 +190,11 @@ impl Ring {
                     if self.relay_sent(s, token, res) {
                         return;
                     }
+                } else if u.gather.is_some() && !s.closed {
+                    // So does a gathered send.
+                    if self.gather_sent(s, token, res) {
+                        return;
+                    }
                 } else {
                     u.op = Op::Done(res);
                 }

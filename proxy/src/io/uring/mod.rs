@@ -15,7 +15,10 @@
 //! A send never hands the kernel the caller's bytes: they are copied into a
 //! driver-owned chunk ([`bufs::SendPool`]) that stays with the socket's slot
 //! from submission to completion, and a connect's address is boxed in the
-//! slot the same way. A send or connect future that times out, is dropped
+//! slot the same way. The one exception is a gathered send (`gather.rs`),
+//! whose data lies in a buffer shared through an `Rc`: the slot holds a
+//! clone of it until the completion, and its owner writes it only when no
+//! send holds it (`conn::state::ClientBytes`). A send or connect future that times out, is dropped
 //! or is forgotten leaves that memory with the driver, which recycles it at
 //! the completion; nothing waits in `Drop`.
 //!
@@ -38,6 +41,7 @@
 
 mod bufs;
 mod complete;
+mod gather;
 mod one;
 mod relay;
 mod sock;
@@ -194,6 +198,9 @@ pub(in crate::io) struct USock {
     /// A relayed send's provided buffers (another socket's received bytes,
     /// sent without a copy), owned here likewise.
     relay: Option<Box<relay::Relay>>,
+    /// A gathered send's iovecs, framing and hold on the buffer its data
+    /// lies in (`gather.rs`), owned here likewise.
+    gather: Option<Box<gather::GatherOp>>,
     /// The pipe end a splice in flight names (out of it on the write side,
     /// into it on the read side): kept open until the completion.
     wpipe: Option<Rc<PipeFds>>,
@@ -254,6 +261,7 @@ impl USock {
             bulk: false,
             send: None,
             relay: None,
+            gather: None,
             wpipe: None,
             rpipe: None,
             rsplice: Op::Idle,
@@ -285,6 +293,11 @@ pub struct Ring {
     /// Buffers of relayed sends that ended where the slot table was not at
     /// hand: recycled at the next turn (or relay poll).
     returned: RefCell<Vec<u16>>,
+    /// Idle gathered-send boxes (`gather.rs`): boxed, as a send's header
+    /// points into its own iovecs, so one moves between the slot and here
+    /// as a pointer.
+    #[allow(clippy::vec_box)]
+    gathers: RefCell<Vec<Box<gather::GatherOp>>>,
     /// Sockets whose receive ended with ENOBUFS, to re-arm as buffers return.
     starved: RefCell<Vec<(u32, u32)>>,
     /// One-buffer sockets whose receive is armed at the next turn (`one.rs`).
@@ -354,6 +367,7 @@ impl Ring {
             sends: SendPool::default(),
             held: Cell::new(0),
             returned: RefCell::new(Vec::new()),
+            gathers: RefCell::new(Vec::new()),
             starved: RefCell::new(Vec::with_capacity(64)),
             rearm: RefCell::new(Vec::new()),
             backlog: RefCell::new(Vec::new()),

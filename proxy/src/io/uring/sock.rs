@@ -354,6 +354,9 @@ impl Ring {
         if let Some(r) = u.relay.take() {
             self.returned.borrow_mut().extend_from_slice(r.bids());
         }
+        if let Some(g) = u.gather.take() {
+            self.pool_gather(g);
+        }
         u.wpipe = None;
     }
 
