@@ -234,7 +234,7 @@ fn sni_picks_the_certificate_and_refuse_fails_an_unknown_name() {
 
 #[test]
 fn garbage_after_a_record_header_is_a_bad_hello_and_leaves_an_alert() {
-    let (p, server) = site(true);
+    let (_, server) = site(true);
     let mut s = Session::new(server).unwrap();
     let mut junk = vec![22, 3, 1, 0, 8, 1, 0, 0, 4, 9, 9, 9, 9];
     let e = s.read(&mut junk, &mut |_| {}).unwrap_err();

@@ -62,8 +62,8 @@ pub(super) struct Upload<'a> {
     pub cl: &'a mut ClientBytes,
     pub chunked: &'a mut ChunkedDecoder,
     /// The chunked body re-encoded without extensions or trailers, as a
-    /// gather list (`rechunk_up.rs`)...
-    pub pieces: &'a mut Pieces,
+    /// gather list (`rechunk_up.rs`; made on the first chunked upload)...
+    pub pieces: &'a mut Option<Pieces>,
     /// ... and copied, for a TLS upstream.
     pub rechunked: &'a mut Vec<u8>,
     pub body: BodyKind,
@@ -126,7 +126,7 @@ impl Upload<'_> {
                         up: self.up,
                         cl: &mut *cl,
                         dec: &mut *self.chunked,
-                        pieces: &mut *self.pieces,
+                        pieces: self.pieces.get_or_insert_with(Pieces::new),
                         copy: &mut *self.rechunked,
                         shard: self.shard,
                     }

@@ -194,8 +194,9 @@ pub struct Exchange {
     pub(super) req_chunked: ChunkedDecoder,
     pub(super) resp_chunked: ChunkedDecoder,
     /// A chunked request body re-encoded for the origin: its gather list
-    /// (`rechunk_up.rs`), and its copy for a TLS upstream (sized on first use).
-    pub(super) body_pieces: zgix_parser::Pieces,
+    /// (`rechunk_up.rs`, about 3.5 KiB, made on the first chunked upload),
+    /// and its copy for a TLS upstream (sized on first use).
+    pub(super) body_pieces: Option<zgix_parser::Pieces>,
     pub(super) body_out: Vec<u8>,
     /// The access-log record of the current request, and what it needs of
     /// the head once the buffer holds body bytes: the method, the query,
@@ -235,7 +236,7 @@ impl Exchange {
             resp: ResponseHead::new(rt.response_max_headers()),
             req_chunked: ChunkedDecoder::new(u64::MAX),
             resp_chunked: ChunkedDecoder::new(u64::MAX),
-            body_pieces: zgix_parser::Pieces::new(),
+            body_pieces: None,
             body_out: Vec::new(),
             rec: crate::observe::access_log::Record::new(
                 li,
