@@ -49,6 +49,9 @@ and HAProxy.
                     body (wrk script scripts/wrk/upload.lua); the origin
                     reads it and answers with --body-bytes bytes (default 0:
                     GET)
+  --upload-chunk-bytes K  with --upload-bytes, the body is sent with
+                    Transfer-Encoding: chunked in chunks of K bytes
+                    (scripts/wrk/upload-chunked.lua; default 0: Content-Length)
   --baseline-bin P  also run target zgix-base: zgix's uring config on the
                     binary P (a build from before a change), interleaved with
                     the others, so before and after come from one run
@@ -95,7 +98,7 @@ USAGE
 
 rounds=5 duration=5 connections=64 modes="off,on" targets=""
 body_bytes=64 base_port=18080 install=1 build=1 fixed_rate="" rate_rounds=3 busy_poll=0
-syscalls=0 syscall_rounds=1 quiet_wait=0 upload_bytes=0 zgix_base_bin=""
+syscalls=0 syscall_rounds=1 quiet_wait=0 upload_bytes=0 upload_chunk=0 zgix_base_bin=""
 origin_chunked="" chunk_bytes=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -106,6 +109,7 @@ while [ $# -gt 0 ]; do
         --targets) targets="$2"; shift 2 ;;
         --body-bytes) body_bytes="$2"; shift 2 ;;
         --upload-bytes) upload_bytes="$2"; shift 2 ;;
+        --upload-chunk-bytes) upload_chunk="$2"; shift 2 ;;
         --chunked) origin_chunked=1; shift ;;
         --chunk-bytes) chunk_bytes="$2"; shift 2 ;;
         --baseline-bin) zgix_base_bin="$2"; shift 2 ;;
@@ -135,7 +139,7 @@ if [ -z "$targets" ]; then
     targets+=",relay,direct"
 fi
 if [ -z "$fixed_rate" ]; then fixed_rate=10000; [ "$bodies" = 1 ] && fixed_rate=0; fi
-for n in "$rounds" "$duration" "$connections" "$body_bytes" "$chunk_bytes" "$upload_bytes" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
+for n in "$rounds" "$duration" "$connections" "$body_bytes" "$chunk_bytes" "$upload_bytes" "$upload_chunk" "$base_port" "$fixed_rate" "$rate_rounds" "$busy_poll" "$syscall_rounds" "$quiet_wait"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "bench-peers: $n is not a number" >&2; exit 2; }
 done
 IFS=, read -r -a target_list <<<"$targets"
@@ -224,6 +228,10 @@ wrk_script=()
 if [ "$upload_bytes" -gt 0 ]; then
     wrk_script=(-s "$root/scripts/wrk/upload.lua")
     export ZGIX_UPLOAD_BYTES="$upload_bytes"
+    if [ "$upload_chunk" -gt 0 ]; then
+        wrk_script=(-s "$root/scripts/wrk/upload-chunked.lua")
+        export ZGIX_UPLOAD_CHUNK_BYTES="$upload_chunk"
+    fi
     # nginx refuses bodies over 1 MiB and spools them to disk before
     # forwarding by default; the others stream them.
     nginx_body_opts="client_max_body_size 0; proxy_request_buffering off;"

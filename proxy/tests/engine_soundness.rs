@@ -373,7 +373,8 @@ fn a_request_state_that_cannot_be_mapped_refuses_that_connection_503_and_the_pro
         assert_eq!(
             support::metric(&zgix, "zgix_request_state_refused_total") - before,
             (REFUSED + 1) as f64,
-            "{driver:?}: refusals counted"
+            "{driver:?}: refusals counted; stderr:\n{}",
+            zgix.stderr()
         );
         assert!(
             zgix.stderr().contains("cannot make a request state"),
