@@ -160,19 +160,7 @@ impl Ring {
             u.op = Op::Done(g.total.min(i32::MAX as usize) as i32);
             return false;
         }
-        let mut k = res as usize;
-        while k > 0 && g.first < g.n {
-            let v = &mut g.iov[g.first];
-            if k >= v.iov_len {
-                k -= v.iov_len;
-                g.first += 1;
-            } else {
-                // SAFETY: k < iov_len: still inside the same piece.
-                v.iov_base = unsafe { v.iov_base.cast::<u8>().add(k) }.cast();
-                v.iov_len -= k;
-                k = 0;
-            }
-        }
+        super::iov::advance(&mut g.iov, &mut g.first, g.n, res as usize);
         g.aim();
         self.submit_gather(s, token);
         true

@@ -42,6 +42,7 @@
 mod bufs;
 mod complete;
 mod gather;
+mod iov;
 mod one;
 mod relay;
 mod sock;

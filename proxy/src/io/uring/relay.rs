@@ -214,19 +214,7 @@ impl Ring {
             u.op = Op::Done(r.total as i32);
             return false;
         }
-        let mut k = res as usize;
-        while k > 0 && r.first < r.n {
-            let v = &mut r.iov[r.first];
-            if k >= v.iov_len {
-                k -= v.iov_len;
-                r.first += 1;
-            } else {
-                // SAFETY: k < iov_len: still inside the same buffer.
-                v.iov_base = unsafe { v.iov_base.cast::<u8>().add(k) }.cast();
-                v.iov_len -= k;
-                k = 0;
-            }
-        }
+        super::iov::advance(&mut r.iov, &mut r.first, r.n, res as usize);
         r.aim();
         self.submit_relay(s, token);
         true
