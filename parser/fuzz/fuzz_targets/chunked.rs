@@ -1,8 +1,8 @@
-//! The chunked decoder: the same outcome whole, byte by byte, in the split the first byte picks and with data skipped (`skip_data`, as a splice does); rechunk() carries the same data in clean framing within its slack.
+//! The chunked decoder: the same outcome whole, byte by byte, in the split the first byte picks and with data skipped (`skip_data`, as a splice does); rechunk() carries the same data in clean framing within its slack, and rechunk_pieces() gives rechunk()'s bytes as a gather list.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zgix_parser::{rechunk, ChunkedDecoder, ParseError, RECHUNK_SLACK};
+use zgix_parser::{rechunk, rechunk_pieces, ChunkedDecoder, ParseError, Pieces, RECHUNK_SLACK};
 
 /// Feeds `input` `step` bytes at a time (keeping unconsumed bytes), looping each piece.
 fn decode(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ParseError> {
@@ -72,6 +72,29 @@ fn reencode(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ParseEr
     Ok((out, pos, dec.is_done()))
 }
 
+/// rechunk_pieces() fed `step` bytes at a time, called again on the rest of
+/// the same bytes while a call stops for room (as `conn/rechunk_up.rs` does),
+/// the pieces written out in order.
+fn reencode_pieces(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ParseError> {
+    let mut dec = ChunkedDecoder::new(1 << 20);
+    let mut pieces = Pieces::new();
+    let (mut out, mut pos, mut end) = (Vec::new(), 0, 0);
+    while end < input.len() && !dec.is_done() {
+        end = (end + step).min(input.len());
+        loop {
+            pieces.clear();
+            let r = rechunk_pieces(&mut dec, &input[pos..end], &mut pieces)?;
+            pieces.write_to(&input[pos..end], &mut out);
+            pos += r.consumed;
+            if !pieces.is_full() || r.done {
+                break;
+            }
+            assert!(r.consumed > 0, "a call that stopped for room took nothing");
+        }
+    }
+    Ok((out, pos, dec.is_done()))
+}
+
 /// `out` is `*( 1*HEXDIG CRLF data CRLF ) "0" CRLF CRLF`: sizes only, no extension, no
 /// trailer, no zero-size chunk before the last.
 fn assert_clean(mut out: &[u8]) {
@@ -112,6 +135,12 @@ fuzz_target!(|input: &[u8]| {
         s % 7
     );
     let re = reencode(input, 1 + usize::from(s % 13));
+    assert_eq!(
+        reencode_pieces(input, 1 + usize::from(s % 13)),
+        re,
+        "rechunk_pieces and rechunk, split {}",
+        s % 13
+    );
     match (&whole, &re) {
         (Ok((data, consumed, done)), Ok((out, re_consumed, re_done))) => {
             assert_eq!((consumed, done), (re_consumed, re_done));
