@@ -150,6 +150,7 @@ impl ClientBytes {
 
     /// The room after the unhandled bytes, to read into; then [`ClientBytes::filled`].
     pub(super) fn spare(&mut self) -> &mut [u8] {
+        // `own` first: a refused copy resets `end` (to an empty buffer).
         self.own();
         let end = self.end;
         &mut self.own()[end..]

@@ -16,6 +16,7 @@ mod frames;
 mod hpack_scan;
 mod inbound;
 mod io;
+mod render;
 mod stream;
 
 pub use stream::StreamIo;
@@ -592,12 +593,12 @@ fn stream_head(
     li: usize,
     parts: &http::request::Parts,
     has_body: bool,
-) -> Result<(StreamHead, Vec<u8>, bool), stream::Unfit> {
+) -> Result<(StreamHead, Vec<u8>, bool), render::Unfit> {
     if let Ok(mut x) = state::take(shard, li) {
         let slots = shard.rt.request_limits.header_slots();
         let ex: &mut Exchange = &mut x;
         if let Some(chunked) =
-            stream::render_in_place(parts, has_body, ex.cl.spare(), &mut ex.req, slots)?
+            render::render_in_place(parts, has_body, ex.cl.spare(), &mut ex.req, slots)?
         {
             let n = ex.req.head_len;
             ex.cl.filled(n);
@@ -611,7 +612,7 @@ fn stream_head(
         }
     }
     let mut text = stream::take_request_buffer();
-    let r = stream::render_request(parts, has_body, &mut text)?;
+    let r = render::render_request(parts, has_body, &mut text)?;
     Ok((StreamHead::Text, text, r.chunked))
 }
 
