@@ -12,13 +12,11 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use io_uring::{opcode, types};
-
 use super::super::gather::{Gather, GATHER_FRAMING, GATHER_IOVS};
 use super::super::ops::OpId;
 use super::super::{Buf, Driver, Slot, State};
 use super::sock::op_result;
-use super::{ud, Op, Ring, K_SEND};
+use super::{Op, Ring, K_SEND};
 
 /// Idle operation boxes a shard keeps, so a steady load allocates none.
 const POOLED: usize = 16;
@@ -133,16 +131,13 @@ impl Ring {
     }
 
     fn submit_gather(&self, s: &mut Slot, token: u32) {
-        let (fd, gen) = (s.fd, s.gen);
-        let u = s.be.u();
-        let g = u.gather.as_ref().expect("a gathered send has its iovecs");
-        let e = opcode::SendMsg::new(types::Fd(fd), &g.msg)
-            .flags(libc::MSG_NOSIGNAL as u32)
-            .build()
-            .user_data(ud(K_SEND, token, gen));
-        u.op = Op::InFlight;
-        u.ops += 1;
-        self.push(&e);
+        let g =
+            s.be.u()
+                .gather
+                .as_ref()
+                .expect("a gathered send has its iovecs");
+        let msg: *const libc::msghdr = &g.msg;
+        self.submit_sendmsg(s, token, msg);
     }
 
     /// A gathered send's completion: true if the rest was sent again (a

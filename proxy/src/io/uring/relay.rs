@@ -188,10 +188,21 @@ impl Ring {
     }
 
     fn submit_relay(&self, s: &mut Slot, token: u32) {
+        let r =
+            s.be.u()
+                .relay
+                .as_ref()
+                .expect("a relayed send has its buffers");
+        let msg: *const libc::msghdr = &r.msg;
+        self.submit_sendmsg(s, token, msg);
+    }
+
+    /// Queues the slot's `sendmsg` of `msg`, a header in a box the slot
+    /// holds until the completion (a relayed or a gathered send).
+    pub(super) fn submit_sendmsg(&self, s: &mut Slot, token: u32, msg: *const libc::msghdr) {
         let (fd, gen) = (s.fd, s.gen);
         let u = s.be.u();
-        let r = u.relay.as_ref().expect("a relayed send has its buffers");
-        let e = opcode::SendMsg::new(types::Fd(fd), &r.msg)
+        let e = opcode::SendMsg::new(types::Fd(fd), msg)
             .flags(libc::MSG_NOSIGNAL as u32)
             .build()
             .user_data(ud(K_SEND, token, gen));
