@@ -31,7 +31,8 @@ origin and h2load run on CPU 1. Two loads per round and target:
 /proc/PID/stat, 10 ms ticks) over the run ÷ requests; medians over rounds.
 RSS per idle connection: N TLS connections that negotiate h2, send the
 preface and SETTINGS and then idle; (RSS with them − RSS before) ÷ N, of the
-serving process (nginx: the worker).
+serving process (nginx: the worker), measured first, before any load, so no
+proxy serves them from memory its load rows freed.
 USAGE
 }
 
@@ -297,6 +298,12 @@ if [ "$rapid" != 0 ]; then
     done
     exit 0
 fi
+# The idle row first, on processes that have served nothing yet: after the load
+# rows every proxy's allocator (HAProxy's pools above all) holds freed memory that
+# idle connections take again without growing RSS, which made HAProxy's figure
+# read 0.25 KiB (2026-12-03) against the 15 KiB bench-tls --idle measured for an
+# idle TLS connection on a fresh HAProxy.
+for t in "${targets[@]}"; do echo "$t $(idle_rss "$t")" >>"$tmp/rss"; done
 for t in "${targets[@]}"; do run "$t" 4 10 >/dev/null; done # warm up: TLS, pools
 for r in $(seq "$rounds"); do
     for t in "${targets[@]}"; do
@@ -304,7 +311,6 @@ for r in $(seq "$rounds"); do
         echo "$t $(run "$t" 4 100)" >>"$tmp/m100"
     done
 done
-for t in "${targets[@]}"; do echo "$t $(idle_rss "$t")" >>"$tmp/rss"; done
 
 echo "HTTP/2 over TLS, $requests requests per run, medians over $rounds interleaved rounds; proxy on CPU 0, origin and h2load on CPU 1"
 printf '%-8s %12s %12s %14s %14s %12s\n' target "req/s m=1" "us/req m=1" "req/s m=100" "us/req m=100" "KiB/idle"
