@@ -9,6 +9,9 @@
 #   resumed           `openssl s_time -reuse -www /` (TLS 1.3 tickets, read with
 #                     the answer; zgix counts the resumptions: zgix_tls_resumed_total)
 #   keep-alive HTTPS  wrk --latency over https:// (64-byte bodies; --body-bytes N): CPU per request and p99
+#                     at saturation; then `zgix-bench load --rate R` over https:// (open loop,
+#                     16 connections, R = --fixed-rate, default 10000 req/s, coordinated
+#                     omission corrected): p99 at a fixed rate, the same for every server
 #   --rows            the three rows in turn, each its own run of the above with
 #                     fresh processes: ECDSA P-256 / 64 B, RSA-2048 / 64 B and
 #                     ECDSA P-256 / 16 KiB bodies; one table of the three.
@@ -22,7 +25,8 @@
 # every thread and nginx's worker counted) divided by the handshakes or
 # requests the client completed, so a client that cannot saturate the server
 # slows the run but does not change the figure; the client's own CPU share is
-# printed beside it. Medians of the rounds; ratios to the better peer. Every
+# printed beside it; the handshake columns also give it as user/system µs apart
+# (u/s columns). Medians of the rounds; ratios to the better peer. Every
 # server prefers TLS_AES_128_GCM_SHA256 (zgix's own order; set on the peers).
 #
 # --clients N: N `s_time` processes at once for the handshake columns (default
@@ -31,12 +35,12 @@
 # kept busy). The client CPU's busy share over each handshake run is printed
 # (client% columns): near 100 % means the client set the pace.
 #
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--body-bytes N] [--rows] [--idle N] [--clients N] [--base-port P] [--no-build]
+# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--rsa] [--body-bytes N] [--rows] [--idle N] [--clients N] [--fixed-rate R] [--base-port P] [--no-build]
 # (--no-build: use the release binaries under $CARGO_TARGET_DIR, else target/, as they are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0 body=64 rows=0 clients=1 args=()
+rounds=3 duration=5 rsa=0 base=19400 build=1 idle=0 body=64 rows=0 clients=1 rate=10000 args=()
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --body-bytes) body="$2"; shift 2 ;;
@@ -46,6 +50,7 @@ while [ "$#" -gt 0 ]; do
         --rsa) rsa=1; shift ;;
         --idle) idle="$2"; shift 2 ;;
         --clients) clients="$2"; args+=("$1" "$2"); shift 2 ;;
+        --fixed-rate) rate="$2"; args+=("$1" "$2"); shift 2 ;;
         --base-port) base="$2"; args+=("$1" "$2"); shift 2 ;;
         --no-build) build=0; shift ;;
         *) echo "bench-tls: unknown option $1" >&2; exit 2 ;;
@@ -75,11 +80,11 @@ if [ "$rows" = 1 ]; then
         out="$("$0" --no-build "${args[@]}" "$@")"
         printf '== %s\n%s\n' "$label" "$out" >&2
         printf '%s\n' "$out" | awk -v l="$label" '
-            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s %14s %12s %12s\n", l, $1, $2, $3, $4, $5, $6, $7, $8}
+            /^(zgix|nginx|haproxy) +[0-9]/ {printf "%-12s %-9s %14s %14s %14s %14s %14s %12s %12s %13s %13s %13s\n", l, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}
             /^zgix \/ better/ {r = r " " $NF}
-            END {printf "%-12s ratios to the better peer (full, resumed, request, p99):%s\n", l, r}'
+            END {printf "%-12s ratios to the better peer (full, resumed, request, p99, p99 at the fixed rate):%s\n", l, r}'
     }
-    printf '%-12s %-9s %14s %14s %14s %14s %14s %12s %12s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us" "client% full" "client% res"
+    printf '%-12s %-9s %14s %14s %14s %14s %14s %12s %12s %13s %13s %13s\n' row target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us" "client% full" "client% res" "u/s full" "u/s resumed" "p99@rate us"
     row ecdsa-64B
     row rsa2048-64B --rsa
     row ecdsa-16KiB --body-bytes 16384
@@ -182,13 +187,15 @@ CFG
 }
 port_of() { case "$1" in zgix) echo $zgix_port ;; nginx) echo $nginx_port ;; haproxy) echo $haproxy_port ;; esac; }
 
-# cpu_ticks TARGET: user+system ticks of the target's processes (all threads).
-cpu_ticks() {
+# cpu_split TARGET: "user system" ticks of the target's processes (all threads).
+cpu_split() {
     local p
     for p in ${tpid[$1]} $(pgrep -P "${tpid[$1]}" || true); do
         sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
-    done | awk '{t += $12 + $13} END {print t + 0}'
+    done | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
+# cpu_ticks TARGET: user+system ticks of the target's processes (all threads).
+cpu_ticks() { cpu_split "$1" | awk '{print $1 + $2}'; }
 
 wait_tls() { # TARGET
     local i
@@ -239,11 +246,11 @@ cpu_jiffies() {
     awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
 }
 
-# handshakes TARGET new|reuse: "handshakes us_per_handshake client_cpu_busy%"
+# handshakes TARGET new|reuse: "handshakes us_per_handshake client_cpu_busy% user_us/system_us"
 handshakes() {
-    local t="$1" how="$2" port n c0 c1 i b0 t0 b1 t1
+    local t="$1" how="$2" port n u0 s0 u1 s1 i b0 t0 b1 t1
     port="$(port_of "$t")"
-    c0="$(cpu_ticks "$t")"
+    read -r u0 s0 <<<"$(cpu_split "$t")"
     read -r b0 t0 <<<"$(cpu_jiffies "$client_cpu")"
     # -www /: each connection asks for / and reads the answer before it
     # closes, so the client reads the TLS 1.3 tickets that come after the
@@ -254,13 +261,13 @@ handshakes() {
             -www / -time "$duration" >"$tmp/s_time.$i" 2>/dev/null &
     done
     wait
-    c1="$(cpu_ticks "$t")"
+    read -r u1 s1 <<<"$(cpu_split "$t")"
     read -r b1 t1 <<<"$(cpu_jiffies "$client_cpu")"
     n="$(cat "$tmp"/s_time.* | awk '/connections in [0-9.]+ real seconds/ {n += $1} END {print n + 0}')"
     rm -f "$tmp"/s_time.*
     [ "$n" -gt 0 ] || { echo "bench-tls: $t completed no handshake ($how)" >&2; exit 1; }
-    awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v cb=$((b1 - b0)) -v ct=$((t1 - t0)) \
-        'BEGIN {printf "%d %.1f %d\n", n, (b - a) * 1e6 / hz / n, ct ? cb * 100 / ct : 0}'
+    awk -v n="$n" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$clk_tck" -v cb=$((b1 - b0)) -v ct=$((t1 - t0)) \
+        'BEGIN {printf "%d %.1f %d %.0f/%.0f\n", n, (u + s) * 1e6 / hz / n, ct ? cb * 100 / ct : 0, u * 1e6 / hz / n, s * 1e6 / hz / n}'
 }
 
 # zgix_resumed: zgix's zgix_tls_resumed_total so far.
@@ -281,12 +288,22 @@ keepalive() {
     awk -v n="$n" -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v p="$p99" 'BEGIN {printf "%d %.1f %s\n", n, (b - a) * 1e6 / hz / n, p}'
 }
 
-declare -A full=() resumed=() ka=() fullrate=() kap99=() fullcli=() rescli=()
+# keepalive_rate TARGET: p99 µs of keep-alive HTTPS requests offered at --fixed-rate,
+# open loop (zgix-bench load over rustls, 16 connections).
+keepalive_rate() {
+    local out
+    out="$(taskset -c "$client_cpu" "$bench_bin" load --url "https://127.0.0.1:$(port_of "$1")/" \
+        --connections 16 --rate "$rate" --duration "$duration" --cpus "$client_cpu" --json 2>"$tmp/load.err")" ||
+        { echo "bench-tls: zgix-bench load failed on $1: $(cat "$tmp/load.err")" >&2; exit 1; }
+    python3 -c 'import json, sys; r = json.loads(sys.argv[1]); print(r["latency_us"]["p99"] if r["status"].get("200", 0) == r["requests"] else "bad")' "$out"
+}
+
+declare -A full=() resumed=() ka=() fullrate=() kap99=() fullcli=() rescli=() fullus=() resus=() ratep99=()
 for r in $(seq "$rounds"); do
     for t in zgix nginx haproxy; do
-        read -r n us cli <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "; fullcli[$t]+="$cli "
+        read -r n us cli us2 <<<"$(handshakes "$t" new)"; full[$t]+="$us "; fullrate[$t]+="$((n / duration)) "; fullcli[$t]+="$cli "; fullus[$t]+="$us2 "
         [ "$t" = zgix ] && r0="$(zgix_resumed)"
-        read -r n us cli <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "; rescli[$t]+="$cli "
+        read -r n us cli us2 <<<"$(handshakes "$t" reuse)"; resumed[$t]+="$us "; rescli[$t]+="$cli "; resus[$t]+="$us2 "
         if [ "$t" = zgix ]; then
             # s_time's -reuse must resume: else the column is full handshakes.
             got=$(( $(zgix_resumed) - r0 ))
@@ -294,16 +311,22 @@ for r in $(seq "$rounds"); do
             [ $(( got * 10 )) -ge $(( n * 9 )) ] || { echo "bench-tls: s_time -reuse did not resume on zgix ($got of $n)" >&2; exit 1; }
         fi
         read -r n us p99 <<<"$(keepalive "$t")"; ka[$t]+="$us "; kap99[$t]+="$p99 "
+        p99="$(keepalive_rate "$t")"
+        [ "$p99" != bad ] || { echo "bench-tls: $t answered a request at the fixed rate with a status other than 200" >&2; exit 1; }
+        ratep99[$t]+="$p99 "
     done
     echo "round $r done" >&2
 done
 
 med() { tr ' ' '\n' | grep -v '^$' | median; }
-printf '\n%-9s %14s %14s %14s %14s %14s %12s %12s\n' target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us" "client% full" "client% res"
+# medsplit: the user/system pair of the round whose total is the median.
+medsplit() { tr ' ' '\n' | grep -v '^$' | awk -F/ '{print $1 + $2, $0}' | sort -n | awk '{v[NR] = $2} END {print v[int((NR + 1) / 2)]}'; }
+printf '\n%-9s %14s %14s %14s %14s %14s %12s %12s %13s %13s %13s\n' target "full/s(client)" "us/full" "us/resumed" "us/request" "p99(ka) us" "client% full" "client% res" "u/s full" "u/s resumed" "p99@rate us"
 for t in zgix nginx haproxy; do
-    printf '%-9s %14s %14s %14s %14s %14s %12s %12s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
+    printf '%-9s %14s %14s %14s %14s %14s %12s %12s %13s %13s %13s\n' "$t" "$(echo "${fullrate[$t]}" | med)" \
         "$(echo "${full[$t]}" | med)" "$(echo "${resumed[$t]}" | med)" "$(echo "${ka[$t]}" | med)" \
-        "$(echo "${kap99[$t]}" | med)" "$(echo "${fullcli[$t]}" | med)" "$(echo "${rescli[$t]}" | med)"
+        "$(echo "${kap99[$t]}" | med)" "$(echo "${fullcli[$t]}" | med)" "$(echo "${rescli[$t]}" | med)" \
+        "$(echo "${fullus[$t]}" | medsplit)" "$(echo "${resus[$t]}" | medsplit)" "$(echo "${ratep99[$t]}" | med)"
 done
 ratio() { # KIND
     local -n m="$1"
@@ -313,5 +336,5 @@ ratio() { # KIND
     awk -v z="$z" -v b="$best" -v k="$1" 'BEGIN {printf "zgix / better peer, %s: %.2f\n", k, z / b}'
 }
 echo
-ratio full; ratio resumed; ratio ka; ratio kap99
-echo "(server CPU per handshake or request; $([ "$rsa" = 1 ] && echo RSA-2048 || echo ECDSA P-256), $body-byte bodies; $clients s_time client(s) on CPU $client_cpu, whose busy share is client%: near 100, the client set the pace, full/s)"
+ratio full; ratio resumed; ratio ka; ratio kap99; ratio ratep99
+echo "(server CPU per handshake or request; $([ "$rsa" = 1 ] && echo RSA-2048 || echo ECDSA P-256), $body-byte bodies; $clients s_time client(s) on CPU $client_cpu, whose busy share is client%: near 100, the client set the pace, full/s; u/s = user/system µs of the round with the median total; p99@rate: open loop at $rate req/s, 16 connections)"

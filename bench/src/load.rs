@@ -30,11 +30,13 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tls::Conn;
 
 pub const USAGE: &str = "\
 zgix-bench load --url http://127.0.0.1:PORT/path [options]
 
-  --url URL             target; http only, host must be an IP or localhost
+  --url URL             target, http:// or https:// (TLS with rustls, ALPN http/1.1,
+                        the certificate not checked); host must be an IP or localhost
   --connections N       keep-alive connections, one request in flight each (default 64)
   --duration S          seconds to run, fractions allowed (default 5)
   --rate R              open loop: R requests/s in total, latency measured from each
@@ -89,6 +91,8 @@ pub struct LoadConfig {
     pub headers: Vec<String>,
     pub timeout: Duration,
     pub json: bool,
+    /// Set for an `https://` URL: every connection speaks TLS.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl LoadConfig {
@@ -108,6 +112,7 @@ impl LoadConfig {
             headers: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             json: false,
+            tls: None,
         }
     }
 
@@ -116,9 +121,11 @@ impl LoadConfig {
         let url = a
             .value("--url")?
             .ok_or("load needs --url http://HOST:PORT/path")?;
+        let (https, url) = tls::scheme(&url);
         let (target, host, path) = parse_url(&url)?;
         let mut cfg = LoadConfig::new(target, &path, DEFAULT_CONNECTIONS, Duration::from_secs(5));
         cfg.host = host;
+        cfg.tls = https.then(tls::client_config);
         if let Some(c) = a.parsed("--connections")? {
             cfg.connections = c;
         }
@@ -533,7 +540,7 @@ fn is_timeout(e: &io::Error) -> bool {
 async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
     let cfg = &ctx.cfg;
     let mut stats = Stats::new();
-    let mut stream: Option<TcpStream> = None;
+    let mut stream: Option<Conn> = None;
     let mut opened = 0u64;
     let mut timed_out = false;
     let mut reader = ResponseReader::new();
@@ -585,7 +592,16 @@ async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
                     }
                     opened += 1;
                     reader.reset();
-                    stream = Some(s);
+                    stream = Some(match &cfg.tls {
+                        None => Conn::Plain(s),
+                        Some(c) => match Conn::tls(s, c, &cfg.host) {
+                            Ok(c) => c,
+                            Err(_) => {
+                                stats.errors.connect += 1;
+                                continue;
+                            }
+                        },
+                    });
                 }
                 Err(e) => {
                     timed_out |= matches!(e, glommio::GlommioError::TimedOut(_));
@@ -643,11 +659,14 @@ async fn connection(ctx: Rc<Ctx>, index: usize) -> Stats {
 /// Sends one request and reads its whole response. Returns the status, whether
 /// the connection must be closed after it, and the bytes read.
 async fn exchange(
-    s: &mut TcpStream,
+    s: &mut Conn,
     request: &[u8],
     reader: &mut ResponseReader,
 ) -> Result<(u16, bool, u64), Failure> {
     s.write_all(request).await.map_err(Failure::Write)?;
+    if matches!(s, Conn::Tls(_)) {
+        s.flush().await.map_err(Failure::Write)?;
+    }
     reader.read_response(s).await
 }
 
@@ -758,3 +777,4 @@ fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
 mod response;
 #[cfg(test)]
 mod tests;
+mod tls;

@@ -1,9 +1,9 @@
 //! Reading one HTTP/1.1 response at a time off a load-generator connection: the head, then the body by its framing (length, chunked, until close).
 
+use super::tls::Conn;
 use super::Failure;
 use crate::http::{self, BodyKind, ChunkedDecoder, FrameError};
 use futures_lite::AsyncReadExt;
-use glommio::net::TcpStream;
 use std::io;
 
 /// Reads responses off one connection, keeping any bytes past the end of a
@@ -29,7 +29,7 @@ impl ResponseReader {
     }
 
     /// Reads more bytes; EOF is an error because a response is still due.
-    async fn fill(&mut self, s: &mut TcpStream) -> Result<usize, Failure> {
+    async fn fill(&mut self, s: &mut Conn) -> Result<usize, Failure> {
         if self.pos == self.filled {
             self.pos = 0;
             self.filled = 0;
@@ -51,7 +51,7 @@ impl ResponseReader {
 
     pub(super) async fn read_response(
         &mut self,
-        s: &mut TcpStream,
+        s: &mut Conn,
     ) -> Result<(u16, bool, u64), Failure> {
         let mut bytes = 0u64;
         let head = loop {

@@ -95,3 +95,73 @@ fn stall_is_no_completions_or_half_the_connections_timed_out() {
     assert_eq!(report(1000, 1).stalled(), None);
     assert_eq!(report(1, 0).stalled(), None);
 }
+
+/// A rustls server on a std thread answering every request on a keep-alive
+/// connection with a 5-byte body; returns its address.
+fn tls_server() -> SocketAddr {
+    use std::io::{Read, Write};
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["bench.example".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap(),
+    );
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).unwrap();
+                let mut t = rustls::StreamOwned::new(conn, s);
+                let mut buf = [0u8; 4096];
+                let mut have = Vec::new();
+                while let Ok(n) = t.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    have.extend_from_slice(&buf[..n]);
+                    while let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                        have.drain(..end + 4);
+                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                        if t.write_all(ok).and_then(|_| t.flush()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn load_over_tls_end_to_end() {
+    let addr = tls_server();
+    let (https, url) = tls::scheme(&format!("https://{addr}/"));
+    assert!(https);
+    let (target, host, path) = parse_url(&url).unwrap();
+    assert_eq!(target, addr);
+    let mut cfg = LoadConfig::new(target, &path, 3, Duration::from_millis(400));
+    cfg.host = host;
+    cfg.tls = Some(tls::client_config());
+    let report = execute(&cfg, false).unwrap();
+    let s = &report.stats;
+    assert!(s.completed > 3, "{}", report.text());
+    assert_eq!(s.status.get(&200), Some(&s.completed));
+    assert_eq!(s.errors.total(), 0, "{}", report.text());
+    assert_eq!(s.reconnects, 0);
+    // Every decrypted byte of every answer, nothing more: 43 bytes each.
+    assert_eq!(s.bytes_read, s.completed * 43);
+}
