@@ -313,3 +313,106 @@ fn a_refused_hello_with_a_second_message_in_its_record_does_not_crash_the_shard(
     assert_eq!(got.first(), Some(&21), "an alert record: {got:?}");
     assert_eq!(curl(z.addr(), &c.cert), 200, "the shard still serves");
 }
+
+/// Data segments the kernel received on `s` so far (`tcpi_data_segs_in`).
+fn data_segments_in(s: &TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: getsockopt into a zeroed tcp_info of the size passed.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(r, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+        info.tcpi_data_segs_in
+    }
+}
+
+/// A TLS 1.3 client whose request goes in the same write as its Finished,
+/// asking zgix to close after the answer (`Connection: close`), receives
+/// two data segments from zgix: the server's flight, then the session
+/// ticket, the answer and `close_notify` in one send (the ticket held for
+/// the answer, close_notify written with it; before, four: flight, ticket,
+/// answer, close_notify, each a send and a wake-up of the client). The
+/// session still ends with close_notify (a clean end, not a truncation).
+#[test]
+fn the_ticket_the_last_answer_and_close_notify_go_in_one_send() {
+    use rustls::pki_types::pem::PemObject;
+    let c = cert("segments");
+    let o = Origin::start();
+    let z = start(&c, o.addr());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_file(&c.cert).unwrap())
+        .unwrap();
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    for round in 0..3 {
+        let mut tls = rustls::ClientConnection::new(
+            Arc::new(cfg.clone()),
+            "site.example".try_into().unwrap(),
+        )
+        .unwrap();
+        // Written before the handshake: rustls sends it right after its Finished.
+        tls.writer()
+            .write_all(b"GET /seg HTTP/1.1\r\nHost: site.example\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut tcp = TcpStream::connect(z.addr()).unwrap();
+        tcp.set_read_timeout(Some(WAIT)).unwrap();
+        let mut plain = Vec::new();
+        let mut clean = false;
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            // Everything rustls has to send, in one write (one segment).
+            let mut out = Vec::new();
+            while tls.wants_write() {
+                tls.write_tls(&mut out).unwrap();
+            }
+            if !out.is_empty() {
+                tcp.write_all(&out).unwrap();
+            }
+            let n = tcp.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            let mut rd = &buf[..n];
+            while !rd.is_empty() {
+                tls.read_tls(&mut rd).unwrap();
+                tls.process_new_packets().unwrap();
+            }
+            let mut chunk = [0u8; 4096];
+            loop {
+                match tls.reader().read(&mut chunk) {
+                    Ok(0) => {
+                        clean = true;
+                        break;
+                    }
+                    Ok(k) => plain.extend_from_slice(&chunk[..k]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("round {round}: {e}"),
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&plain);
+        assert!(text.starts_with("HTTP/1.1 200"), "round {round}: {text}");
+        assert!(
+            clean,
+            "round {round}: the session ended without close_notify"
+        );
+        assert_eq!(
+            data_segments_in(&tcp),
+            2,
+            "round {round}: data segments from zgix (flight; ticket + answer + close_notify)"
+        );
+    }
+}

@@ -322,6 +322,20 @@ impl<S: Side> Tls<S> {
         buf
     }
 
+    /// Puts `bytes` (output taken with [`Session::take_output`] and not
+    /// sent) back in front of the output to come, to go out with it: a
+    /// TLS 1.3 session ticket held for the first answer's write.
+    pub fn hold(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut out = Vec::with_capacity(bytes.len() + self.pending().len());
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(self.pending());
+        self.out = out;
+        self.sent = 0;
+    }
+
     /// TLS bytes waiting to be sent.
     pub fn pending(&self) -> &[u8] {
         &self.out[self.sent..]

@@ -359,7 +359,7 @@ impl Download<'_> {
         );
         *self.ustart += self.resp.head_len;
         self.shard.counters.response(self.li, 101);
-        send_final(self.client, self.sent, self.out).await
+        send_final(self.client, self.sent, self.out, false).await
     }
 
     /// Writes the response head and streams the body to the client.
@@ -400,7 +400,7 @@ impl Download<'_> {
             ResponseBody::None => {
                 self.up.sock().receive_one(false);
                 reusable = pos == *self.uend;
-                self.write_out().await?;
+                self.write_out_as(!client_keep).await?;
             }
             ResponseBody::Length(n) => {
                 let avail = (*self.uend - pos) as u64;
@@ -415,12 +415,15 @@ impl Download<'_> {
                 if lane.is_none() {
                     self.up.sock().receive_one(false);
                 }
+                // The whole answer in this write, on a connection that
+                // closes after it: TLS sends close_notify with it.
+                let last = !client_keep && remaining == 0;
                 if self.out.len() + first <= self.out.capacity() {
                     self.out.extend_from_slice(&self.ubuf[pos..pos + first]);
-                    self.write_out().await?;
+                    self.write_out_as(last).await?;
                 } else {
                     self.write_out().await?;
-                    self.write_client_u(pos, pos + first).await?;
+                    self.write_client_u_as(pos, pos + first, last).await?;
                 }
                 pos += first;
                 if let Some((c, u)) = bulk {
@@ -430,8 +433,9 @@ impl Download<'_> {
                 while remaining > 0 {
                     let got = self.read_upstream().await?;
                     let take = (got as u64).min(remaining) as usize;
-                    self.write_client_u(0, take).await?;
                     remaining -= take as u64;
+                    self.write_client_u_as(0, take, !client_keep && remaining == 0)
+                        .await?;
                     pos = take;
                     *self.uend = got;
                 }
@@ -583,20 +587,39 @@ impl Download<'_> {
     }
 
     async fn write_out(&mut self) -> Result<(), Fail> {
-        send_final(self.client, self.sent, self.out).await
+        self.write_out_as(false).await
+    }
+
+    /// `last`: nothing follows on the connection ([`send_final`]).
+    async fn write_out_as(&mut self, last: bool) -> Result<(), Fail> {
+        send_final(self.client, self.sent, self.out, last).await
     }
 
     async fn write_client_u(&mut self, a: usize, b: usize) -> Result<(), Fail> {
+        self.write_client_u_as(a, b, false).await
+    }
+
+    async fn write_client_u_as(&mut self, a: usize, b: usize, last: bool) -> Result<(), Fail> {
         if a == b {
             return Ok(());
         }
-        send_final(self.client, self.sent, &self.ubuf[a..b]).await
+        send_final(self.client, self.sent, &self.ubuf[a..b], last).await
     }
 }
 
 /// Writes bytes of the final (or 101) answer to the client: the one writer
-/// of [`Sent`].
-async fn send_final(client: &ClientConn, sent: &Sent, bytes: &[u8]) -> Result<(), Fail> {
+/// of [`Sent`]. `last`: the connection closes after them (TLS sends
+/// `close_notify` in the same send).
+async fn send_final(
+    client: &ClientConn,
+    sent: &Sent,
+    bytes: &[u8],
+    last: bool,
+) -> Result<(), Fail> {
     sent.0.set(true);
-    client.write_all(bytes).await.map_err(|_| Fail::ClientGone)
+    let r = match last {
+        true => client.write_all_last(bytes).await,
+        false => client.write_all(bytes).await,
+    };
+    r.map_err(|_| Fail::ClientGone)
 }

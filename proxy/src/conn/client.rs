@@ -190,6 +190,17 @@ impl ClientConn {
         }
     }
 
+    /// Writes all of `buf`, the last bytes zgix sends on the connection:
+    /// on TLS `close_notify` goes in the same send (one segment fewer; the
+    /// [`ClientConn::shutdown`] after sends none).
+    pub async fn write_all_last(&self, buf: &[u8]) -> io::Result<()> {
+        match &self.inner {
+            Inner::Net { sock, tls: None } => sock.write_all(buf).await,
+            Inner::Net { sock, tls: Some(t) } => t.stream.write_all_last(sock, buf).await,
+            Inner::H2(io) => io.write_all(buf).await,
+        }
+    }
+
     /// Says that the connection closes after what is written from now on
     /// (see [`Sock::closing`]); call it before the last answer is written.
     /// An HTTP/2 stream's end does not close its connection: a no-op there.

@@ -229,23 +229,28 @@ pub async fn accept(
             put_send_buffer(session.lend_output(take_send_buffer()));
             let r = session.read(&mut inbuf[..len], &mut |d| plain.extend_from_slice(d));
             let out = session.take_output();
+            let mut hold = false;
             match &r {
                 // The flight is the alert: the connection closes after it.
                 Err(_) => sock.closing(),
                 // The last flight (a TLS 1.3 session ticket) with the
                 // client's first request already here (decrypted into
-                // `plain`, or bytes after its Finished): the connection
-                // goes on with that, not with a peer event.
+                // `plain`, or bytes after its Finished): held in the
+                // session, it goes out in the same send as the first answer
+                // (or before zgix first waits on the client:
+                // `RecordStream::read`), one send, one segment and one
+                // wake-up of the client fewer per connection.
                 Ok(p)
                     if p.established
                         && !out.is_empty()
                         && (!plain.is_empty() || p.consumed < len) =>
                 {
-                    sock.goes_on()
+                    hold = true
                 }
                 Ok(_) => {}
             }
-            let failed = if out.is_empty() {
+            let failed = if out.is_empty() || hold {
+                session.hold(&out);
                 put_send_buffer(out);
                 false
             } else {

@@ -170,7 +170,6 @@ pub fn serve(
 impl Conn {
     fn new(shard: Rc<Shard>, li: usize, client: Sock, peer: SocketAddr) -> Conn {
         let ip = client_ip(peer.ip());
-        let _ = client.set_nodelay(true);
         client.set_write_timeout(Some(shard.rt.timeouts.client_idle));
         Conn {
             li,

@@ -88,8 +88,18 @@ impl Epoll {
         Ok(())
     }
 
-    pub(super) fn register(&self, fd: RawFd, token: u32, role: Role) -> io::Result<()> {
-        set_nonblocking(fd)?;
+    /// `mode_set`: the descriptor is non-blocking already (`accept4`'s
+    /// `SOCK_NONBLOCK`).
+    pub(super) fn register(
+        &self,
+        fd: RawFd,
+        token: u32,
+        role: Role,
+        mode_set: bool,
+    ) -> io::Result<()> {
+        if !mode_set {
+            set_nonblocking(fd)?;
+        }
         let events = match role {
             Role::Stream => libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP,
             Role::Listener => libc::EPOLLIN,

@@ -39,8 +39,16 @@ pub(super) struct OpId(pub(super) Option<u32>);
 
 impl Driver {
     /// Registers a socket of `role` and returns its token; `arm` starts its
-    /// receive at once (not for a socket still connecting).
-    pub(super) fn register(&self, fd: RawFd, role: Role, arm: bool) -> io::Result<u32> {
+    /// receive at once (not for a socket still connecting). `mode_set`: the
+    /// descriptor already has the blocking mode the backend wants (one this
+    /// backend's own accept made), so no `fcntl` checks it.
+    pub(super) fn register(
+        &self,
+        fd: RawFd,
+        role: Role,
+        arm: bool,
+        mode_set: bool,
+    ) -> io::Result<u32> {
         let mut st = self.st.borrow_mut();
         let st = &mut *st;
         let token = match st.free.pop() {
@@ -64,8 +72,8 @@ impl Driver {
             ..Slot::default()
         };
         let r = match &self.backend {
-            Backend::Uring(r) => r.register(s, token, arm),
-            Backend::Epoll(e) => e.register(fd, token, role),
+            Backend::Uring(r) => r.register(s, token, arm, mode_set),
+            Backend::Epoll(e) => e.register(fd, token, role, mode_set),
         };
         if let Err(e) = r {
             let s = &mut st.slots[token as usize];

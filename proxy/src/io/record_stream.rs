@@ -22,6 +22,8 @@ pub struct RecordStream<S> {
     /// A write is under way (its future holds the socket's send side): a
     /// `close_notify` sent now could land inside one of its records.
     writing: Cell<bool>,
+    /// `close_notify` went out with the last answer ([`RecordStream::write_all_last`]).
+    notified: Cell<bool>,
     /// Application bytes received and sent (before encryption).
     rx: Cell<u64>,
     tx: Cell<u64>,
@@ -69,6 +71,7 @@ impl<S: Side> RecordStream<S> {
             plain_pos: Cell::new(0),
             peer_closed: Cell::new(false),
             writing: Cell::new(false),
+            notified: Cell::new(false),
             rx: Cell::new(0),
             tx: Cell::new(0),
         }
@@ -133,6 +136,11 @@ impl<S: Side> RecordStream<S> {
             }
             if self.peer_closed.get() {
                 return Ok(0);
+            }
+            // Output held for the first answer (the handshake's session
+            // ticket) goes out before zgix waits on the client.
+            if !self.writing.get() && !self.session.borrow().pending().is_empty() {
+                self.flush(sock).await;
             }
             let copied = if self.in_len.get() == 0 {
                 match self.read_lent(sock, buf).await? {
@@ -291,14 +299,38 @@ impl<S: Side> RecordStream<S> {
 
     /// Encrypts and sends all of `buf`.
     pub async fn write_all(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
+        self.write_inner(sock, buf, false).await
+    }
+
+    /// Encrypts and sends all of `buf`, the last bytes zgix writes on the
+    /// connection, with `close_notify` (RFC 8446 §6.1) after them in the
+    /// same send; the close that follows sends no second one.
+    pub async fn write_all_last(&self, sock: &Sock, buf: &[u8]) -> io::Result<()> {
+        self.write_inner(sock, buf, true).await
+    }
+
+    async fn write_inner(&self, sock: &Sock, buf: &[u8], last: bool) -> io::Result<()> {
+        let last = last && !self.notified.get();
+        if last {
+            self.notified.set(true);
+        }
         if buf.len() > SMALL_WRITE {
             // Encrypted into a pooled send buffer (over what it last sent)
             // that is then handed to the driver whole: the ring sends it
             // without a copy.
             let mut out = take_send_scratch();
-            if let Err(e) = self.session.borrow_mut().write_over(buf, &mut out) {
-                put_send_buffer(out);
-                return Err(invalid(e));
+            {
+                let mut s = self.session.borrow_mut();
+                if let Err(e) = s.write_over(buf, &mut out) {
+                    put_send_buffer(out);
+                    return Err(invalid(e));
+                }
+                if last {
+                    s.close();
+                    let n = s.pending().len();
+                    out.extend_from_slice(s.pending());
+                    s.sent(n);
+                }
             }
             self.writing.set(true);
             let r = sock.write_all_owned(out).await;
@@ -308,6 +340,9 @@ impl<S: Side> RecordStream<S> {
             let out = {
                 let mut s = self.session.borrow_mut();
                 s.write(buf).map_err(invalid)?;
+                if last {
+                    s.close();
+                }
                 s.take_output()
             };
             let r = self.send(sock, &out).await;
@@ -330,6 +365,9 @@ impl<S: Side> RecordStream<S> {
     /// Sends `close_notify` (RFC 8446 §6.1: each party sends one before
     /// closing its write side).
     pub async fn close(&self, sock: &Sock) {
+        if self.notified.get() {
+            return;
+        }
         let out = {
             let mut s = self.session.borrow_mut();
             s.close();
@@ -346,7 +384,7 @@ impl<S: Side> RecordStream<S> {
     /// connection that is not writing; if the kernel takes no byte, the FIN
     /// follows alone.
     pub fn close_now(&self, sock: &Sock) {
-        if self.writing.get() {
+        if self.writing.get() || self.notified.get() {
             return;
         }
         let out = {

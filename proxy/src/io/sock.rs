@@ -36,11 +36,11 @@ impl Drop for Sock {
 impl Sock {
     /// Takes ownership of a connected socket descriptor.
     pub fn from_fd(fd: RawFd, driver: &Rc<Driver>) -> io::Result<Sock> {
-        Sock::with_fd(fd, driver, true)
+        Sock::with_fd(fd, driver, true, false)
     }
 
-    fn with_fd(fd: RawFd, driver: &Rc<Driver>, arm: bool) -> io::Result<Sock> {
-        let token = match driver.register(fd, Role::Stream, arm) {
+    fn with_fd(fd: RawFd, driver: &Rc<Driver>, arm: bool, mode_set: bool) -> io::Result<Sock> {
+        let token = match driver.register(fd, Role::Stream, arm, mode_set) {
             Ok(t) => t,
             Err(e) => {
                 // SAFETY: the descriptor was handed over to us; close it once.
@@ -73,7 +73,7 @@ impl Sock {
             unsafe { libc::close(fd) };
             return Err(e);
         }
-        let sock = Sock::with_fd(fd, driver, false)?;
+        let sock = Sock::with_fd(fd, driver, false, false)?;
         sock.set_write_timeout(Some(timeout));
         let deadline = Some(driver.now() + timeout);
         let mut op = OpGuard::new(&sock);
@@ -499,7 +499,14 @@ impl Drop for Listener {
 impl Listener {
     /// Takes ownership of a bound, listening socket.
     pub fn from_fd(fd: RawFd, driver: &Rc<Driver>) -> io::Result<Listener> {
-        let token = match driver.register(fd, Role::Listener, true) {
+        // Accepted sockets inherit TCP_NODELAY from the listener (Linux
+        // copies it into each connection): set once here, not per accept.
+        if let Err(e) = set_nodelay(fd, true) {
+            // SAFETY: the descriptor was handed over to us; close it once.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        let token = match driver.register(fd, Role::Listener, true, false) {
             Ok(t) => t,
             Err(e) => {
                 // SAFETY: the descriptor was handed over to us; close it once.
@@ -547,7 +554,9 @@ impl Listener {
                 return Err(e);
             }
         };
-        Ok((Sock::from_fd(fd, &self.driver)?, peer))
+        // The driver's own accept set the mode it wants (and TCP_NODELAY
+        // came from the listener): no syscall on the new socket here.
+        Ok((Sock::with_fd(fd, &self.driver, true, true)?, peer))
     }
 }
 

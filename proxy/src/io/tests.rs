@@ -86,6 +86,37 @@ fn a_parked_shard_wakes_for_another_threads_notify() {
     }
 }
 
+/// An accepted socket is TCP_NODELAY (inherited from its listener; no
+/// setsockopt per connection) and in the blocking mode its backend wants
+/// (no fcntl per connection): blocking on the ring, non-blocking on epoll.
+#[test]
+fn an_accepted_socket_has_nodelay_and_its_backends_mode_without_a_syscall_of_its_own() {
+    for kind in kinds() {
+        on_driver(Options::new(kind), move |d| async move {
+            let (s, mut peer) = pair(&d).await;
+            let mut on: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt and fcntl on the socket's open descriptor,
+            // into a c_int of the size passed.
+            let (r, fl) = unsafe {
+                let r = libc::getsockopt(
+                    s.fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&mut on as *mut libc::c_int).cast(),
+                    &mut len,
+                );
+                (r, libc::fcntl(s.fd(), libc::F_GETFL))
+            };
+            assert_eq!((r, on), (0, 1), "{kind:?}: TCP_NODELAY");
+            assert_eq!(fl & libc::O_NONBLOCK != 0, kind == Kind::Epoll, "{kind:?}");
+            peer.write_all(b"x").unwrap();
+            let mut b = [0u8; 4];
+            assert_eq!(s.read(&mut b).await.unwrap(), 1, "{kind:?}");
+        });
+    }
+}
+
 #[test]
 fn a_read_times_out_at_its_deadline_and_leaves_nothing_armed() {
     for kind in kinds() {

@@ -481,9 +481,18 @@ impl Ring {
 
     /// Takes a socket onto the ring; `arm` starts its receive now (else
     /// [`Ring::start_receiving`] does once it is connected). A listener's
-    /// accepts start when its accept loop first asks.
-    pub(in crate::io) fn register(&self, s: &mut Slot, token: u32, arm: bool) -> io::Result<()> {
-        set_blocking(s.fd)?;
+    /// accepts start when its accept loop first asks. `mode_set`: the
+    /// descriptor is blocking already (the ring's accepts ask no `O_NONBLOCK`).
+    pub(in crate::io) fn register(
+        &self,
+        s: &mut Slot,
+        token: u32,
+        arm: bool,
+        mode_set: bool,
+    ) -> io::Result<()> {
+        if !mode_set {
+            set_blocking(s.fd)?;
+        }
         if arm && s.role == Role::Stream {
             self.arm_recv(s, token);
         }
