@@ -1,0 +1,232 @@
+//! The HPACK Huffman code (RFC 7541 §5.2, Appendix B): encoding from the code table, and decoding by an 11-bit lookup table built at compile time (one lookup per symbol of up to 11 bits, a canonical-code search for the rare longer ones).
+
+/// Code lengths of the HPACK Huffman code (RFC 7541 Appendix B), octets
+/// 0–255 then EOS. The code is canonical (codes of one length are
+/// consecutive, in symbol order), so the lengths are the whole code
+/// (the same table as proxy/src/conn/h2/hpack_scan.rs).
+#[rustfmt::skip]
+pub(crate) const BITS: [u8; 257] = [
+    13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28,
+    28, 28, 28, 28, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 28,
+    6, 10, 10, 12, 13, 6, 8, 11, 10, 10, 8, 11, 8, 6, 6, 6,
+    5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 7, 8, 15, 6, 12, 10,
+    13, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7,
+    7, 7, 7, 7, 7, 7, 7, 7, 8, 7, 8, 13, 19, 13, 14, 6,
+    15, 5, 6, 5, 6, 5, 6, 6, 6, 5, 7, 7, 6, 6, 6, 5,
+    6, 7, 6, 5, 5, 6, 7, 7, 7, 7, 7, 15, 11, 14, 13, 28,
+    20, 22, 20, 20, 22, 22, 22, 23, 22, 23, 23, 23, 23, 23, 24, 23,
+    24, 24, 22, 23, 24, 23, 23, 23, 23, 21, 22, 23, 22, 23, 23, 24,
+    22, 21, 20, 22, 22, 23, 23, 21, 23, 22, 22, 24, 21, 22, 23, 23,
+    21, 21, 22, 21, 23, 22, 23, 23, 20, 22, 22, 22, 23, 22, 22, 23,
+    26, 26, 20, 19, 22, 23, 22, 25, 26, 26, 26, 27, 27, 26, 24, 25,
+    19, 21, 26, 27, 27, 26, 27, 24, 21, 21, 26, 26, 28, 27, 27, 27,
+    20, 24, 20, 21, 22, 21, 21, 23, 22, 22, 25, 25, 24, 24, 26, 23,
+    26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27, 27, 27, 26,
+    30,
+];
+/// The end-of-string symbol (RFC 7541 §5.2): never valid inside a string.
+pub(crate) const EOS: u16 = 256;
+
+/// The codes themselves, right-aligned, in symbol order.
+pub(crate) static CODES: [u32; 257] = codes();
+
+const fn codes() -> [u32; 257] {
+    let mut count = [0u32; 31];
+    let mut s = 0;
+    while s < 257 {
+        count[BITS[s] as usize] += 1;
+        s += 1;
+    }
+    // The canonical construction (as RFC 1951 §3.2.2 gives it).
+    let mut next = [0u32; 31];
+    let (mut code, mut len) = (0u32, 1);
+    while len < 31 {
+        code = (code + count[len - 1]) << 1;
+        next[len] = code;
+        len += 1;
+    }
+    let mut out = [0u32; 257];
+    s = 0;
+    while s < 257 {
+        let l = BITS[s] as usize;
+        out[s] = next[l];
+        next[l] += 1;
+        s += 1;
+    }
+    out
+}
+
+/// The canonical code's decoding tables, per code length: its first code,
+/// how many codes it has, and where its symbols start in `symbols`.
+struct Canon {
+    first: [u32; 31],
+    count: [u32; 31],
+    offset: [u16; 31],
+    symbols: [u16; 257],
+}
+
+const fn canon() -> Canon {
+    let mut c = Canon {
+        first: [0; 31],
+        count: [0; 31],
+        offset: [0; 31],
+        symbols: [0; 257],
+    };
+    let mut s = 0;
+    while s < 257 {
+        c.count[BITS[s] as usize] += 1;
+        s += 1;
+    }
+    let (mut code, mut at, mut len) = (0u32, 0u16, 1);
+    while len < 31 {
+        code = (code + c.count[len - 1]) << 1;
+        c.first[len] = code;
+        c.offset[len] = at;
+        at += c.count[len] as u16;
+        len += 1;
+    }
+    let mut next = c.offset;
+    s = 0;
+    while s < 257 {
+        let l = BITS[s] as usize;
+        c.symbols[next[l] as usize] = s as u16;
+        next[l] += 1;
+        s += 1;
+    }
+    c
+}
+
+static CANON: Canon = canon();
+
+/// Bits the lookup table takes at once.
+const PEEK: u32 = 11;
+
+/// For each 11-bit pattern, the symbol whose code it starts with and that
+/// code's length (`sym | len << 8`), or 0 when that code is longer than 11
+/// bits (no code is 0 bits long, so 0 is free).
+static FAST: [u16; 1 << PEEK] = fast();
+
+const fn fast() -> [u16; 1 << PEEK] {
+    let mut t = [0u16; 1 << PEEK];
+    let mut s = 0;
+    while s < 256 {
+        let l = BITS[s] as u32;
+        if l <= PEEK {
+            let start = (CODES[s] << (PEEK - l)) as usize;
+            let mut j = 0;
+            while j < 1 << (PEEK - l) {
+                t[start + j] = s as u16 | (l as u16) << 8;
+                j += 1;
+            }
+        }
+        s += 1;
+    }
+    t
+}
+
+/// A code longer than 11 bits at the top of `top30` (the next 30 bits,
+/// padded with ones): its symbol and length.
+#[cold]
+fn long_code(top30: u32) -> Option<(u16, u32)> {
+    let mut l = PEEK as usize + 1;
+    while l <= 30 {
+        let at = (top30 >> (30 - l)).wrapping_sub(CANON.first[l]);
+        if at < CANON.count[l] {
+            return Some((
+                CANON.symbols[CANON.offset[l] as usize + at as usize],
+                l as u32,
+            ));
+        }
+        l += 1;
+    }
+    None
+}
+
+/// An upper bound of the decoded length of `n` Huffman-coded bytes: no code
+/// is shorter than 5 bits.
+pub(crate) fn max_decoded(n: usize) -> usize {
+    n / 5 * 8 + (n % 5) * 8 / 5 + 1
+}
+
+/// Decodes `src` into `out` (at least `max_decoded(src.len())` long);
+/// returns the decoded length. `Err` for EOS in the string, or a padding
+/// longer than 7 bits or not all ones (RFC 7541 §5.2).
+pub(crate) fn decode(src: &[u8], out: &mut [u8]) -> Result<usize, ()> {
+    // The bits not yet decoded, left-aligned in `acc`; below them, bits of
+    // the bytes that follow `src[i]` or zeros.
+    let (mut acc, mut nbits, mut i, mut n) = (0u64, 0u32, 0usize, 0usize);
+    loop {
+        if nbits < 30 {
+            if let Some(w) = src.get(i..).and_then(|r| r.first_chunk::<8>()) {
+                acc |= u64::from_be_bytes(*w) >> nbits;
+                let k = (63 - nbits) / 8;
+                i += k as usize;
+                nbits += 8 * k;
+            } else {
+                while nbits <= 55 {
+                    let Some(&b) = src.get(i) else { break };
+                    acc |= u64::from(b) << (56 - nbits);
+                    i += 1;
+                    nbits += 8;
+                }
+                if nbits == 0 {
+                    return Ok(n);
+                }
+            }
+        }
+        // 1 <= nbits <= 63. Past the last bit, ones: the padding's bits,
+        // so that a valid padding reads as the start of EOS.
+        let padded = acc | (u64::MAX >> nbits);
+        let e = FAST[(padded >> (64 - PEEK)) as usize];
+        let (sym, len) = if e != 0 {
+            (e & 0xff, u32::from(e >> 8))
+        } else {
+            long_code((padded >> 34) as u32).ok_or(())?
+        };
+        if len > nbits {
+            // No symbol in what is left (the input is all read: a refill
+            // leaves at least 56 bits while it lasts): the padding.
+            let rest = acc >> (64 - nbits);
+            return if nbits <= 7 && rest == (1 << nbits) - 1 {
+                Ok(n)
+            } else {
+                Err(())
+            };
+        }
+        if sym == EOS {
+            return Err(());
+        }
+        *out.get_mut(n).ok_or(())? = sym as u8;
+        n += 1;
+        acc <<= len;
+        nbits -= len;
+    }
+}
+
+/// The length of `s` Huffman-coded, in bytes.
+pub(crate) fn encoded_len(s: &[u8]) -> usize {
+    let bits: usize = s.iter().map(|&c| usize::from(BITS[usize::from(c)])).sum();
+    bits.div_ceil(8)
+}
+
+/// Appends `s` Huffman-coded to `dst`, padded with ones (RFC 7541 §5.2).
+pub(crate) fn encode(s: &[u8], dst: &mut Vec<u8>) {
+    // `n` bits wait in the low end of `acc` (fewer than 32 between symbols).
+    let (mut acc, mut n) = (0u64, 0u32);
+    for &c in s {
+        let l = u32::from(BITS[usize::from(c)]);
+        acc = (acc << l) | u64::from(CODES[usize::from(c)]);
+        n += l;
+        if n >= 32 {
+            n -= 32;
+            dst.extend_from_slice(&((acc >> n) as u32).to_be_bytes());
+        }
+    }
+    while n >= 8 {
+        n -= 8;
+        dst.push((acc >> n) as u8);
+    }
+    if n > 0 {
+        dst.push(((acc << (8 - n)) as u8) | ((1u16 << (8 - n)) - 1) as u8);
+    }
+}
