@@ -160,7 +160,10 @@ mod tests {
         assert_eq!(b, [0, 0, 4, RST_STREAM, 0, 0, 0, 0, 3, 0, 0, 0, 8]);
         b.clear();
         put_goaway(&mut b, 5, ErrorCode::ENHANCE_YOUR_CALM);
-        assert_eq!(b, [0, 0, 8, GOAWAY, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0xb]);
+        assert_eq!(
+            b,
+            [0, 0, 8, GOAWAY, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0xb]
+        );
         b.clear();
         put_window_update(&mut b, 0, 1 << 20);
         assert_eq!(b, [0, 0, 4, WINDOW_UPDATE, 0, 0, 0, 0, 0, 0, 0x10, 0, 0]);

@@ -37,7 +37,12 @@ fn a_stream_over_max_concurrent_streams_is_refused_and_the_others_go_on() {
     assert_eq!(c.s.stats().refused_streams, 1);
     c.send(&frame(DATA, END_STREAM, 1, b"hi"));
     let ev = c.take_events();
-    assert_eq!(ev.iter().filter(|e| matches!(e, Ev::Request { .. })).count(), 4);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Ev::Request { .. }))
+            .count(),
+        4
+    );
     assert!(ev.contains(&Ev::Data {
         id: 1,
         data: b"hi".to_vec(),
@@ -137,7 +142,10 @@ fn a_header_list_over_the_limit_gets_431_and_the_connection_goes_on() {
     c.send(&headers(1, &big, true));
     let out = c.out();
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!((out[0].kind, out[0].id, out[0].flags), (HEADERS, 1, END_HEADERS | END_STREAM));
+    assert_eq!(
+        (out[0].kind, out[0].id, out[0].flags),
+        (HEADERS, 1, END_HEADERS | END_STREAM)
+    );
     assert_eq!(c.s.stats().headers_too_large, 1);
     // Not ended by the client: reset after the 431, its DATA ignored.
     c.send(&headers(3, &big, false));

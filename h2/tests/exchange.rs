@@ -4,16 +4,30 @@ mod support;
 use support::*;
 
 fn data_frames(out: &[Out], id: u32) -> Vec<&Out> {
-    out.iter().filter(|f| f.kind == DATA && f.id == id).collect()
+    out.iter()
+        .filter(|f| f.kind == DATA && f.id == id)
+        .collect()
 }
 
 #[test]
 fn a_response_larger_than_the_window_waits_for_window_update() {
     let mut c = Client::open(Config::default());
     c.send(&headers(1, &get("/big"), true));
-    assert!(matches!(c.take_events()[..], [Ev::Request { id: 1, end: true, .. }]));
-    c.s.send_response(1, 200, [(&b"content-type"[..], &b"text/plain"[..])].into_iter(), false)
-        .unwrap();
+    assert!(matches!(
+        c.take_events()[..],
+        [Ev::Request {
+            id: 1,
+            end: true,
+            ..
+        }]
+    ));
+    c.s.send_response(
+        1,
+        200,
+        [(&b"content-type"[..], &b"text/plain"[..])].into_iter(),
+        false,
+    )
+    .unwrap();
     let body = vec![7u8; 100_000];
     let mut at = 0;
     assert_eq!(c.s.send_window(1), 65_535);
@@ -38,7 +52,10 @@ fn a_response_larger_than_the_window_waits_for_window_update() {
     assert_eq!(d.last().unwrap().flags, END_STREAM);
     assert_eq!(d.iter().map(|f| f.payload.len()).sum::<usize>(), 34_465);
     assert_eq!(c.s.open_streams(), 0, "both sides ended");
-    assert_eq!(c.s.send_data(1, b"x", true), Err(zgix_h2::server::StreamGone));
+    assert_eq!(
+        c.s.send_data(1, b"x", true),
+        Err(zgix_h2::server::StreamGone)
+    );
 }
 
 #[test]
@@ -47,7 +64,8 @@ fn a_window_of_one_sends_data_of_one() {
     let mut c = Client::open(Config::default());
     c.send(&frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 1]));
     c.send(&headers(1, &get("/cl/100"), true));
-    c.s.send_response(1, 200, std::iter::empty(), false).unwrap();
+    c.s.send_response(1, 200, std::iter::empty(), false)
+        .unwrap();
     assert_eq!(c.s.send_data(1, &[1; 100], true), Ok(1));
     let out = c.out();
     let d = data_frames(&out, 1);
@@ -58,7 +76,8 @@ fn a_window_of_one_sends_data_of_one() {
 fn a_smaller_initial_window_makes_send_windows_negative_until_updates() {
     let mut c = Client::open(Config::default());
     c.send(&headers(1, &get("/"), true));
-    c.s.send_response(1, 200, std::iter::empty(), false).unwrap();
+    c.s.send_response(1, 200, std::iter::empty(), false)
+        .unwrap();
     assert_eq!(c.s.send_data(1, &[0; 1000], false), Ok(1000));
     // 65,535 → 100: the window is 100 - 1000.
     c.send(&frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 100]));
@@ -99,7 +118,11 @@ fn request_bodies_are_released_into_window_updates() {
     assert!(c.out().is_empty(), "under half a window");
     c.s.release(1, 32_768);
     let out = c.out();
-    let w: Vec<_> = out.iter().filter(|f| f.kind == WINDOW_UPDATE).map(|f| (f.id, be32(&f.payload, 0))).collect();
+    let w: Vec<_> = out
+        .iter()
+        .filter(|f| f.kind == WINDOW_UPDATE)
+        .map(|f| (f.id, be32(&f.payload, 0)))
+        .collect();
     assert_eq!(w, [(1, 49_152), (0, 49_152)]);
     // The windows are full again: 65,535 more may come, and no more.
     c.send(&frame(DATA, 0, 1, &chunk));
@@ -108,7 +131,11 @@ fn request_bodies_are_released_into_window_updates() {
     c.send(&frame(DATA, 0, 1, &chunk[..16_383]));
     assert!(c.err.is_none());
     c.send(&frame(DATA, 0, 1, &[1]));
-    assert_eq!(c.goaway().1, 0x3, "the connection window is the first to run out");
+    assert_eq!(
+        c.goaway().1,
+        0x3,
+        "the connection window is the first to run out"
+    );
 }
 
 #[test]
@@ -141,15 +168,44 @@ fn interleaved_streams_keep_their_bodies_and_trailers_apart() {
     c.send(&frame(DATA, END_STREAM, 1, b"one"));
     let ev = c.take_events();
     assert_eq!(ev.len(), 6, "{ev:?}");
-    assert_eq!(ev[2], Ev::Data { id: 3, data: b"three".to_vec(), end: false });
-    assert_eq!(ev[3], Ev::Data { id: 1, data: b"one".to_vec(), end: false });
-    assert_eq!(ev[4], Ev::Trailers { id: 3, fields: vec![(b"x-sum".to_vec(), b"abc".to_vec())] });
-    assert_eq!(ev[5], Ev::Data { id: 1, data: b"one".to_vec(), end: true });
+    assert_eq!(
+        ev[2],
+        Ev::Data {
+            id: 3,
+            data: b"three".to_vec(),
+            end: false
+        }
+    );
+    assert_eq!(
+        ev[3],
+        Ev::Data {
+            id: 1,
+            data: b"one".to_vec(),
+            end: false
+        }
+    );
+    assert_eq!(
+        ev[4],
+        Ev::Trailers {
+            id: 3,
+            fields: vec![(b"x-sum".to_vec(), b"abc".to_vec())]
+        }
+    );
+    assert_eq!(
+        ev[5],
+        Ev::Data {
+            id: 1,
+            data: b"one".to_vec(),
+            end: true
+        }
+    );
     // Answers interleaved too, then trailers.
-    c.s.send_response(3, 200, std::iter::empty(), false).unwrap();
+    c.s.send_response(3, 200, std::iter::empty(), false)
+        .unwrap();
     c.s.send_response(1, 204, std::iter::empty(), true).unwrap();
     c.s.send_data(3, b"ok", false).unwrap();
-    c.s.send_trailers(3, [(&b"x-done"[..], &b"1"[..])].into_iter()).unwrap();
+    c.s.send_trailers(3, [(&b"x-done"[..], &b"1"[..])].into_iter())
+        .unwrap();
     let out = c.out();
     let kinds: Vec<_> = out.iter().map(|f| (f.kind, f.id, f.flags)).collect();
     assert_eq!(
@@ -162,7 +218,10 @@ fn interleaved_streams_keep_their_bodies_and_trailers_apart() {
         ]
     );
     assert_eq!(c.s.open_streams(), 0);
-    assert_eq!(c.s.send_trailers(3, std::iter::empty()), Err(zgix_h2::server::StreamGone));
+    assert_eq!(
+        c.s.send_trailers(3, std::iter::empty()),
+        Err(zgix_h2::server::StreamGone)
+    );
 }
 
 #[test]
@@ -170,8 +229,12 @@ fn interim_responses_come_before_the_final_one() {
     let mut c = Client::open(Config::default());
     c.send(&headers(1, &post(None), false));
     c.s.send_response(1, 100, std::iter::empty(), true).unwrap();
-    c.s.send_response(1, 200, std::iter::empty(), false).unwrap();
-    assert!(c.s.send_response(1, 200, std::iter::empty(), false).is_err());
+    c.s.send_response(1, 200, std::iter::empty(), false)
+        .unwrap();
+    assert!(c
+        .s
+        .send_response(1, 200, std::iter::empty(), false)
+        .is_err());
     let out = c.out();
     assert_eq!((out[0].flags, out[1].flags), (END_HEADERS, END_HEADERS));
 }
@@ -181,9 +244,13 @@ fn a_head_over_the_frame_size_goes_in_continuation_frames() {
     let mut c = Client::open(Config::default());
     c.send(&headers(1, &get("/"), true));
     let v = vec![b'v'; 40_000];
-    c.s.send_response(1, 200, [(&b"x-big"[..], &v[..])].into_iter(), true).unwrap();
+    c.s.send_response(1, 200, [(&b"x-big"[..], &v[..])].into_iter(), true)
+        .unwrap();
     let out = c.out();
-    let k: Vec<_> = out.iter().map(|f| (f.kind, f.flags, f.payload.len() <= 16_384)).collect();
+    let k: Vec<_> = out
+        .iter()
+        .map(|f| (f.kind, f.flags, f.payload.len() <= 16_384))
+        .collect();
     assert_eq!(
         k,
         [
@@ -209,7 +276,10 @@ fn a_graceful_shutdown_lets_the_streams_in_flight_finish() {
     c.send(&headers(1, &post(Some("4")), false));
     c.s.graceful_shutdown();
     let out = c.out();
-    assert_eq!((out[0].kind, out[0].last(), out[0].code()), (GOAWAY, 0x7fff_ffff, 0));
+    assert_eq!(
+        (out[0].kind, out[0].last(), out[0].code()),
+        (GOAWAY, 0x7fff_ffff, 0)
+    );
     assert_eq!(out[1].kind, PING);
     // A stream the client started meanwhile is taken; then the final GOAWAY.
     c.send(&headers(3, &get("/"), true));
@@ -232,8 +302,13 @@ fn an_idle_connection_holds_no_heap_in_the_codec() {
     assert_eq!(c.s.heap_bytes(), 0, "after the preface exchange");
     for id in (1..200).step_by(2) {
         c.send(&headers(id, &get("/some/path?q=1"), true));
-        c.s.send_response(id, 200, [(&b"content-type"[..], &b"text/html"[..])].into_iter(), false)
-            .unwrap();
+        c.s.send_response(
+            id,
+            200,
+            [(&b"content-type"[..], &b"text/html"[..])].into_iter(),
+            false,
+        )
+        .unwrap();
         c.s.send_data(id, b"hello", true).unwrap();
         c.out();
     }
@@ -243,5 +318,9 @@ fn an_idle_connection_holds_no_heap_in_the_codec() {
     c.send(&headers(201, &get("/"), false));
     assert!(c.s.heap_bytes() > 0);
     println!("one open stream: {} bytes", c.s.heap_bytes());
-    assert!(std::mem::size_of::<Server>() < 512, "{}", std::mem::size_of::<Server>());
+    assert!(
+        std::mem::size_of::<Server>() < 512,
+        "{}",
+        std::mem::size_of::<Server>()
+    );
 }

@@ -65,6 +65,8 @@ fn prioritized(id: u32, dep: u32, block: &[u8]) -> Vec<u8> {
     f(HEADERS, EH | ES | PRIORITY_FLAG, id, &p)
 }
 
+/// The cases, one a line as in a table.
+#[rustfmt::skip]
 fn cases() -> Vec<(&'static str, Vec<Vec<u8>>, Want)> {
     let big = vec![0u8; 16_385];
     let b = get("/");

@@ -28,7 +28,7 @@ impl Open {
 impl Server {
     /// HEADERS (§6.2).
     pub(super) fn headers(&mut self, h: Head, p: &[u8], on: &mut impl FnMut(Event<'_>)) -> Res {
-        if h.id == 0 || h.id % 2 == 0 {
+        if h.id == 0 || h.id.is_multiple_of(2) {
             // §5.1.1: clients open odd streams.
             return self.protocol();
         }
@@ -147,9 +147,7 @@ impl Server {
                 // §5.1: frames after our RST_STREAM are ignored.
                 Some(Closed::ByServer) => self.discard(block),
                 // §5.1: a closed stream; the connection's error.
-                Some(Closed::Done) => {
-                    Err(self.fail(ErrorCode::STREAM_CLOSED, Reason::Protocol))
-                }
+                Some(Closed::Done) => Err(self.fail(ErrorCode::STREAM_CLOSED, Reason::Protocol)),
                 // §5.1.1: a stream id lower than one used.
                 None => self.protocol(),
             };
@@ -227,7 +225,13 @@ impl Server {
     fn too_large(&mut self, id: StreamId, es: bool) -> Res {
         self.stats.headers_too_large += 1;
         let at = self.out.len();
-        frame::put_head(&mut self.out, 0, frame::HEADERS, END_HEADERS | END_STREAM, id);
+        frame::put_head(
+            &mut self.out,
+            0,
+            frame::HEADERS,
+            END_HEADERS | END_STREAM,
+            id,
+        );
         self.encoder.begin(&mut self.out);
         self.encoder.status(431, &mut self.out);
         let len = self.out.len() - at - 9;

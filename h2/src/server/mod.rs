@@ -257,7 +257,11 @@ impl Server {
         frame::put_head(&mut self.out, 0, frame::SETTINGS, 0, 0);
         let o = &mut self.out;
         put_setting(o, frame::SETTINGS_ENABLE_PUSH, 0);
-        put_setting(o, frame::SETTINGS_MAX_CONCURRENT_STREAMS, c.max_concurrent_streams);
+        put_setting(
+            o,
+            frame::SETTINGS_MAX_CONCURRENT_STREAMS,
+            c.max_concurrent_streams,
+        );
         if c.initial_window != DEFAULT_WINDOW {
             put_setting(o, frame::SETTINGS_INITIAL_WINDOW_SIZE, c.initial_window);
         }

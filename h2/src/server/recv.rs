@@ -23,7 +23,11 @@ impl Server {
     /// are used, but for DATA, whose payload is handed over as it comes: the
     /// caller keeps the unused tail and calls again with more bytes after it.
     /// `Err`: the connection is over (a GOAWAY is queued in `pending`).
-    pub fn recv(&mut self, input: &[u8], on: &mut impl FnMut(Event<'_>)) -> Result<usize, ConnError> {
+    pub fn recv(
+        &mut self,
+        input: &[u8],
+        on: &mut impl FnMut(Event<'_>),
+    ) -> Result<usize, ConnError> {
         if let Some(e) = self.dead {
             return Err(e);
         }
@@ -64,7 +68,9 @@ impl Server {
                 self.data = None;
                 continue;
             }
-            let Some(h) = Head::parse(&input[at..]) else { break };
+            let Some(h) = Head::parse(&input[at..]) else {
+                break;
+            };
             if h.len > self.cfg.max_frame_size as usize {
                 // §4.2: a frame larger than we allow.
                 return Err(self.fail(ErrorCode::FRAME_SIZE_ERROR, Reason::FrameSize));
@@ -74,7 +80,11 @@ impl Server {
                 return Err(self.fail(ErrorCode::PROTOCOL_ERROR, Reason::Protocol));
             }
             if h.kind == frame::DATA {
-                let head = if h.flags & PADDED != 0 && h.len > 0 { 10 } else { 9 };
+                let head = if h.flags & PADDED != 0 && h.len > 0 {
+                    10
+                } else {
+                    9
+                };
                 if input.len() - at < head {
                     break;
                 }
@@ -304,7 +314,7 @@ impl Server {
             self.acked = true;
             return Ok(());
         }
-        if p.len() % 6 != 0 {
+        if !p.len().is_multiple_of(6) {
             return Err(self.fail(ErrorCode::FRAME_SIZE_ERROR, Reason::FrameSize));
         }
         self.tick.settings += 1;

@@ -348,7 +348,10 @@ mod tests {
         assert!(!twice.0);
         let after = collect(&[(b"x", b"1"), (b":path", b"/")], false);
         assert!(!after.0);
-        let cl = collect(&[(b"content-length", b"1"), (b"content-length", b"2")], false);
+        let cl = collect(
+            &[(b"content-length", b"1"), (b"content-length", b"2")],
+            false,
+        );
         assert!(!cl.0);
         let in_trailers = collect(&[(b":path", b"/")], true);
         assert!(!in_trailers.0);
@@ -362,13 +365,25 @@ mod tests {
             let (ok, s, d) = collect(f, false);
             ok && d.head(&s).is_some()
         };
-        assert!(m(&[(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/")]));
+        assert!(m(&[
+            (b":method", b"GET"),
+            (b":scheme", b"http"),
+            (b":path", b"/")
+        ]));
         assert!(!m(&[(b":scheme", b"http"), (b":path", b"/")]));
         assert!(!m(&[(b":method", b"GET"), (b":path", b"/")]));
         assert!(!m(&[(b":method", b"GET"), (b":scheme", b"http")]));
-        assert!(!m(&[(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"")]));
+        assert!(!m(&[
+            (b":method", b"GET"),
+            (b":scheme", b"http"),
+            (b":path", b"")
+        ]));
         assert!(m(&[(b":method", b"CONNECT"), (b":authority", b"a:443")]));
-        assert!(!m(&[(b":method", b"CONNECT"), (b":authority", b"a:443"), (b":path", b"/")]));
+        assert!(!m(&[
+            (b":method", b"CONNECT"),
+            (b":authority", b"a:443"),
+            (b":path", b"/")
+        ]));
         assert!(!m(&[(b":method", b"CONNECT")]));
         assert_eq!(parse_length(b"18446744073709551615"), None);
         assert_eq!(parse_length(b"1234"), Some(1234));

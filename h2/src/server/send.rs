@@ -84,7 +84,9 @@ impl Server {
 
     /// Marks what the server sent on a stream; closes it when both sides ended.
     fn sent_flags(&mut self, id: StreamId, flags: u8) {
-        let Some(s) = self.streams.get(id) else { return };
+        let Some(s) = self.streams.get(id) else {
+            return;
+        };
         s.flags |= flags;
         if s.flags & (RECV_CLOSED | SEND_CLOSED) == RECV_CLOSED | SEND_CLOSED {
             if let Some(s) = self.streams.close(id, Closed::Done) {
@@ -119,9 +121,7 @@ impl Server {
         if self.dead.is_some() || s.flags & (ANSWERED | SEND_CLOSED) != ANSWERED {
             return Err(StreamGone);
         }
-        let n = data
-            .len()
-            .min(s.send.min(self.conn_send).max(0) as usize);
+        let n = data.len().min(s.send.min(self.conn_send).max(0) as usize);
         let es = end_stream && n == data.len();
         if n == 0 && !es {
             return Ok(0);

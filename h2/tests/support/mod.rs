@@ -1,6 +1,6 @@
 //! What the server tests share: a frame writer, a literal-only HPACK writer, a connection driven as a client would (the unused tail kept and fed again), the events made owned, and the server's frames parsed.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub use zgix_h2::frame::*;
 pub use zgix_h2::server::{Config, ConnError, Event, Reason, Server};
