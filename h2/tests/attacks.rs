@@ -24,6 +24,12 @@ fn a_bad_preface_gets_goaway_protocol_error_with_last_stream_0() {
         c.send(&[b]);
     }
     assert_eq!(c.err.unwrap().reason, Reason::BadPreface);
+    // The magic, then a frame other than SETTINGS.
+    let mut c = Client::bare(Config::default());
+    c.send(PREFACE);
+    c.send(&frame(PING, 0, 0, b"12345678"));
+    assert_eq!(c.goaway(), (0, 0x1));
+    assert_eq!(c.err.unwrap().reason, Reason::BadPreface);
 }
 
 #[test]

@@ -206,6 +206,7 @@ fn random_bytes_never_panic() {
     let mut r = Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..3000 {
         let mut b = PREFACE.to_vec();
+        b.extend(frame(SETTINGS, 0, 0, &[]));
         let n = r.below(600);
         b.extend((0..n).map(|_| r.next() as u8));
         chaos(&b, &mut r);
@@ -219,7 +220,7 @@ fn mutated_conversations_never_panic() {
     for _ in 0..3000 {
         let mut b = s.clone();
         for _ in 0..1 + r.below(6) {
-            let i = 24 + r.below(b.len() - 24);
+            let i = 33 + r.below(b.len() - 33);
             match r.below(4) {
                 0 => b[i] = r.next() as u8,
                 1 => b[i] ^= 1 << r.below(8),
@@ -228,6 +229,29 @@ fn mutated_conversations_never_panic() {
                 }
                 _ => b.insert(i, r.next() as u8),
             }
+        }
+        chaos(&b, &mut r);
+    }
+}
+
+#[test]
+fn random_frames_never_panic() {
+    // Well-framed nonsense: random types, flags, small stream ids and
+    // payloads, with now and then a real header block.
+    let mut r = Rng(2026);
+    for _ in 0..3000 {
+        let mut b = PREFACE.to_vec();
+        b.extend(frame(SETTINGS, 0, 0, &[]));
+        for _ in 0..r.below(40) {
+            let kind = r.below(11) as u8;
+            let flags = r.next() as u8;
+            let id = r.below(12) as u32;
+            let p: Vec<u8> = if r.below(3) == 0 {
+                get("/x")
+            } else {
+                (0..r.below(24)).map(|_| r.next() as u8).collect()
+            };
+            b.extend(frame(kind, flags, id, &p));
         }
         chaos(&b, &mut r);
     }

@@ -181,6 +181,8 @@ pub struct Server {
     cfg: Config,
     /// Bytes of the client preface still to check.
     preface_left: u8,
+    /// The client's first SETTINGS came (§3.4: the preface ends with it).
+    peer_settings: bool,
     /// A connection error ended the connection.
     dead: Option<ConnError>,
     shutdown: Shutdown,
@@ -225,6 +227,7 @@ impl Server {
         let mut s = Server {
             cfg,
             preface_left: frame::PREFACE.len() as u8,
+            peer_settings: false,
             dead: None,
             shutdown: Shutdown::No,
             out: Vec::new(),

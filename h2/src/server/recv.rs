@@ -75,6 +75,13 @@ impl Server {
                 // §4.2: a frame larger than we allow.
                 return Err(self.fail(ErrorCode::FRAME_SIZE_ERROR, Reason::FrameSize));
             }
+            if !self.peer_settings {
+                if h.kind != frame::SETTINGS || h.flags & ACK != 0 {
+                    // §3.4: the client's preface is the magic, then SETTINGS.
+                    return Err(self.fail(ErrorCode::PROTOCOL_ERROR, Reason::BadPreface));
+                }
+                self.peer_settings = true;
+            }
             if self.block.is_some() && h.kind != frame::CONTINUATION {
                 // §6.2, §6.10: only CONTINUATION while a header block is open.
                 return Err(self.fail(ErrorCode::PROTOCOL_ERROR, Reason::Protocol));
