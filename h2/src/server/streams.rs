@@ -1,5 +1,7 @@
 //! The streams of a connection (RFC 9113 §5.1): the open and half-closed ones in a vector sorted by id (client ids only grow, §5.1.1), the highest id seen, and a small ring of the latest closed ones with how they closed (what a late frame on them means).
 
+use std::collections::VecDeque;
+
 use crate::frame::StreamId;
 
 /// The client sent END_STREAM (half-closed remote, §5.1).
@@ -44,7 +46,8 @@ const RING: usize = 16;
 /// The connection's streams.
 #[derive(Default)]
 pub(super) struct Streams {
-    open: Vec<Stream>,
+    /// Sorted by id; a deque, since streams mostly end in the order they began.
+    open: VecDeque<Stream>,
     /// The highest stream id the client used (§5.1.1): any lower one not
     /// open is closed.
     pub max_seen: StreamId,
@@ -72,16 +75,17 @@ impl Streams {
     /// Frees the vector while no stream is open.
     pub fn shrink(&mut self) {
         if self.open.is_empty() {
-            self.open = Vec::new();
+            self.open = VecDeque::new();
         }
     }
 
     #[inline]
     fn find(&self, id: StreamId) -> Result<usize, usize> {
         // The newest streams are the likeliest: look at the last first.
-        match self.open.last() {
-            Some(s) if s.id == id => Ok(self.open.len() - 1),
-            Some(s) if s.id < id => Err(self.open.len()),
+        match (self.open.front(), self.open.back()) {
+            (_, Some(s)) if s.id == id => Ok(self.open.len() - 1),
+            (_, Some(s)) if s.id < id => Err(self.open.len()),
+            (Some(s), _) if s.id == id => Ok(0),
             _ => self.open.binary_search_by_key(&id, |s| s.id),
         }
     }
@@ -98,13 +102,13 @@ impl Streams {
 
     /// Opens a stream above every other.
     pub fn insert(&mut self, s: Stream) {
-        debug_assert!(self.open.last().is_none_or(|l| l.id < s.id));
-        self.open.push(s);
+        debug_assert!(self.open.back().is_none_or(|l| l.id < s.id));
+        self.open.push_back(s);
     }
 
     /// Closes a stream (if open) and remembers how.
     pub fn close(&mut self, id: StreamId, how: Closed) -> Option<Stream> {
-        let s = self.find(id).ok().map(|i| self.open.remove(i));
+        let s = self.find(id).ok().and_then(|i| self.open.remove(i));
         self.remember(id, how);
         s
     }
