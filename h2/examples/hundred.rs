@@ -51,6 +51,11 @@ fn client_bytes() -> Vec<u8> {
 
 const BODY: &[u8] = b"hello, world\n";
 
+thread_local! {
+    /// What the last connection held on the heap once idle.
+    static HEAP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// One connection's exchange: returns the bytes the server wrote.
 #[inline(never)]
 fn exchange(input: &[u8], ids: &mut Vec<u32>) -> usize {
@@ -81,6 +86,7 @@ fn exchange(input: &[u8], ids: &mut Vec<u32>) -> usize {
     let n = s.pending().len();
     s.written(n);
     assert_eq!(s.open_streams(), 0);
+    HEAP.with(|h| h.set(s.heap_bytes()));
     out
 }
 
@@ -98,8 +104,10 @@ fn main() {
     }
     let e = t.elapsed();
     println!(
-        "{n} connections x 100 requests: {} bytes out, {:.0} ns per request",
+        "{n} connections x 100 requests: {} bytes out, {:.0} ns per request; idle after: {} heap bytes, Server {} bytes inline",
         total,
-        e.as_nanos() as f64 / (n * 100) as f64
+        e.as_nanos() as f64 / (n * 100) as f64,
+        HEAP.with(|h| h.get()),
+        std::mem::size_of::<Server>(),
     );
 }

@@ -296,6 +296,20 @@ fn a_graceful_shutdown_lets_the_streams_in_flight_finish() {
 }
 
 #[test]
+fn after_the_clients_goaway_the_connection_is_done_once_its_streams_are() {
+    let mut c = Client::open(Config::default());
+    c.send(&headers(1, &get("/"), true));
+    c.send(&frame(GOAWAY, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0]));
+    assert_eq!(
+        c.take_events().last(),
+        Some(&Ev::GoAway { last: 0, code: 0 })
+    );
+    assert!(!c.s.is_done());
+    c.s.send_response(1, 200, std::iter::empty(), true).unwrap();
+    assert!(c.s.is_done());
+}
+
+#[test]
 fn an_idle_connection_holds_no_heap_in_the_codec() {
     let mut c = Client::open(Config::default());
     c.out();

@@ -185,6 +185,8 @@ pub struct Server {
     peer_settings: bool,
     /// A connection error ended the connection.
     dead: Option<ConnError>,
+    /// The client sent GOAWAY: it opens no more streams (§6.8).
+    peer_goaway: bool,
     shutdown: Shutdown,
     /// What is queued to write: `out[sent..]`.
     out: Vec<u8>,
@@ -229,6 +231,7 @@ impl Server {
             preface_left: frame::PREFACE.len() as u8,
             peer_settings: false,
             dead: None,
+            peer_goaway: false,
             shutdown: Shutdown::No,
             out: Vec::new(),
             sent: 0,
@@ -340,10 +343,11 @@ impl Server {
     }
 
     /// Whether the caller may close the connection once `pending` is
-    /// written: it ended with an error, or a graceful shutdown's last
-    /// stream finished.
+    /// written: it ended with an error, or no stream is open after the
+    /// server's final GOAWAY or the client's.
     pub fn is_done(&self) -> bool {
-        self.dead.is_some() || (self.shutdown == Shutdown::Final && self.streams.is_empty())
+        self.dead.is_some()
+            || ((self.shutdown == Shutdown::Final || self.peer_goaway) && self.streams.is_empty())
     }
 
     /// Ends the connection: GOAWAY with `code` and the last stream the

@@ -126,6 +126,7 @@ impl Server {
                 if p.len() < 8 {
                     return Err(self.fail(ErrorCode::FRAME_SIZE_ERROR, Reason::FrameSize));
                 }
+                self.peer_goaway = true;
                 on(Event::GoAway {
                     last: be32(p, 0) & 0x7fff_ffff,
                     code: ErrorCode(be32(p, 4)),
