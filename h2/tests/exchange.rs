@@ -338,3 +338,69 @@ fn an_idle_connection_holds_no_heap_in_the_codec() {
         std::mem::size_of::<Server>()
     );
 }
+
+#[test]
+fn the_clients_settings_shape_what_the_server_sends() {
+    let mut c = Client::open(Config::default());
+    c.send(&frame(
+        SETTINGS,
+        0,
+        0,
+        &[0, 5, 0, 0, 0x80, 0, 0, 1, 0, 0, 0, 0],
+    ));
+    c.send(&headers(1, &get("/"), true));
+    c.out();
+    c.s.send_response(1, 200, std::iter::empty(), false)
+        .unwrap();
+    assert_eq!(c.s.send_data(1, &[5; 40_000], true), Ok(40_000));
+    let out = c.out();
+    // HPACK: the table size the client set (0) is signalled first (RFC 7541 §4.2).
+    assert_eq!(out[0].payload[0] & 0xe0, 0x20, "{:x?}", out[0].payload);
+    let sizes: Vec<_> = out[1..].iter().map(|f| f.payload.len()).collect();
+    assert_eq!(sizes, [32_768, 7_232], "SETTINGS_MAX_FRAME_SIZE 32,768");
+}
+
+#[test]
+fn a_smaller_receive_window_holds_once_our_settings_are_acknowledged() {
+    let cfg = Config {
+        initial_window: 100,
+        ..Config::default()
+    };
+    let mut c = Client::bare(cfg);
+    c.send(PREFACE);
+    c.send(&frame(SETTINGS, 0, 0, &[]));
+    // Before the ACK the client may still count on 65,535.
+    c.send(&headers(1, &post(None), false));
+    c.send(&frame(DATA, 0, 1, &[0; 1000]));
+    assert!(c.out().iter().all(|f| f.kind != RST_STREAM));
+    c.send(&frame(SETTINGS, ACK, 0, &[]));
+    c.send(&headers(3, &post(None), false));
+    c.send(&frame(DATA, 0, 3, &[0; 100]));
+    assert!(c.out().iter().all(|f| f.kind != RST_STREAM));
+    c.send(&frame(DATA, 0, 3, &[0; 1]));
+    assert_eq!(c.rst(3), 0x3);
+}
+
+#[test]
+fn data_on_a_stream_zgix_reset_is_ignored_but_counted_in_the_connection_window() {
+    let mut c = Client::open(Config::default());
+    c.send(&headers(1, &post(None), false));
+    c.s.reset(1, Code::CANCEL);
+    assert_eq!(c.rst(1), 0x8);
+    for _ in 0..4 {
+        c.send(&frame(DATA, 0, 1, &[0; 16_000]));
+    }
+    assert!(c.err.is_none());
+    let out = c.out();
+    assert!(out.iter().all(|f| f.kind != RST_STREAM), "{out:?}");
+    let w: u32 = out
+        .iter()
+        .filter(|f| f.kind == WINDOW_UPDATE && f.id == 0)
+        .map(|f| be32(&f.payload, 0))
+        .sum();
+    assert_eq!(w, 48_000, "given back to the connection");
+    assert!(c
+        .take_events()
+        .iter()
+        .all(|e| !matches!(e, Ev::Data { .. })));
+}
