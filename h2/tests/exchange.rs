@@ -404,3 +404,62 @@ fn data_on_a_stream_zgix_reset_is_ignored_but_counted_in_the_connection_window()
         .iter()
         .all(|e| !matches!(e, Ev::Data { .. })));
 }
+
+#[test]
+fn connect_carries_authority_alone() {
+    let mut c = Client::open(Config::default());
+    let mut b = Vec::new();
+    lit(&mut b, b":method", b"CONNECT");
+    lit(&mut b, b":authority", b"origin.example:443");
+    c.send(&headers(1, &b, false));
+    let ev = c.take_events();
+    assert!(
+        matches!(&ev[..], [Ev::Request { id: 1, method, path: None, end: false, .. }] if method == b"CONNECT"),
+        "{ev:?}"
+    );
+    // With :path it is malformed (RFC 9113 §8.5).
+    lit(&mut b, b":path", b"/");
+    c.send(&headers(3, &b, false));
+    assert_eq!(c.rst(3), 0x1);
+}
+
+#[test]
+fn go_away_with_an_error_ends_the_connection_and_nothing_more_is_sent() {
+    let mut c = Client::open(Config::default());
+    c.send(&headers(1, &get("/"), true));
+    c.s.go_away(Code::INTERNAL_ERROR);
+    let out = c.out();
+    assert_eq!(
+        (out[0].kind, out[0].last(), out[0].code()),
+        (GOAWAY, 1, 0x2)
+    );
+    assert!(c.s.is_done());
+    assert!(c.s.send_response(1, 200, std::iter::empty(), true).is_err());
+    c.send(&headers(3, &get("/"), true));
+    assert_eq!(c.err.unwrap().reason, Reason::Local);
+    assert!(c.out().is_empty(), "one GOAWAY only");
+}
+
+#[test]
+fn a_stream_the_client_ends_early_keeps_its_answer_going() {
+    // The client's END_STREAM before the body's content-length: malformed.
+    let mut c = Client::open(Config::default());
+    c.send(&headers(1, &post(Some("5")), false));
+    c.send(&frame(DATA, END_STREAM, 1, b"abc"));
+    assert_eq!(c.rst(1), 0x1);
+    assert_eq!(
+        c.take_events().last(),
+        Some(&Ev::StreamError { id: 1, code: 0x1 })
+    );
+    // A server reset, then the client's own: nothing more on either side.
+    c.send(&headers(3, &post(None), false));
+    c.s.reset(3, Code::CANCEL);
+    c.send(&frame(RST_STREAM, 0, 3, &8u32.to_be_bytes()));
+    let out = c.out();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(c
+        .take_events()
+        .iter()
+        .all(|e| !matches!(e, Ev::Reset { .. })));
+    assert_eq!(c.s.open_streams(), 0);
+}
