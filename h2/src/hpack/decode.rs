@@ -197,8 +197,12 @@ impl Decoder {
         let mut fields = false;
         while let Some(&c) = block.get(pos) {
             if c & 0x80 != 0 {
-                // §6.1 an indexed field.
+                // §6.1 an indexed field; 0 is refused (the static table
+                // has no entry 0, the dynamic one starts at 62).
                 let i = integer(block, &mut pos, 7)?;
+                if i == 0 {
+                    return Err(ERR);
+                }
                 self.indexed(i, &mut list, &mut f, &mut scratch)?;
                 fields = true;
             } else if c & 0x40 != 0 {
@@ -241,30 +245,25 @@ impl Decoder {
         f: &mut impl FnMut(&[u8], &[u8]) -> Result<(), ()>,
         scratch: &mut Scratch,
     ) -> Result<(), DecodeError> {
-        match self.name_at(i)? {
-            Name::Static(_) => {
-                let (n, v) = STATIC[i - 1];
-                if list.count(n.len() + v.len()) {
-                    list.hand(f, n, v);
-                }
+        if let Some(&(n, v)) = i.checked_sub(1).and_then(|j| STATIC.get(j)) {
+            if list.count(n.len() + v.len()) {
+                list.hand(f, n, v);
             }
-            Name::Dynamic(k) => {
-                let (nl, vl) = self.table.lens(k).ok_or(ERR)?;
-                if !list.count(nl + vl) {
-                    return Ok(());
-                }
-                let (n, v) = self.table.get(k).ok_or(ERR)?;
-                if n.1.is_empty() && v.1.is_empty() {
-                    list.hand(f, n.0, v.0);
-                } else {
-                    // The entry wraps round the ring's end.
-                    let buf = scratch.get(nl + vl);
-                    copy(n, buf);
-                    copy(v, &mut buf[nl..]);
-                    list.hand(f, &buf[..nl], &buf[nl..nl + vl]);
-                }
-            }
-            Name::Lit(_) => return Err(ERR),
+            return Ok(());
+        }
+        let (n, v) = self.table.get(i - 62).ok_or(ERR)?;
+        let (nl, vl) = (n.0.len() + n.1.len(), v.0.len() + v.1.len());
+        if !list.count(nl + vl) {
+            return Ok(());
+        }
+        if n.1.is_empty() && v.1.is_empty() {
+            list.hand(f, n.0, v.0);
+        } else {
+            // The entry wraps round the ring's end.
+            let buf = scratch.get(nl + vl);
+            copy(n, buf);
+            copy(v, &mut buf[nl..]);
+            list.hand(f, &buf[..nl], &buf[nl..nl + vl]);
         }
         Ok(())
     }
