@@ -7,7 +7,7 @@ use super::DecodeError;
 /// Decoded Huffman strings of one field up to this many bytes (their
 /// bound, `huffman::max_decoded`) go to a buffer on the stack; longer
 /// ones to one on the heap, freed when the block ends.
-const STACK: usize = 1024;
+const STACK: usize = 512;
 
 /// Decodes the client's header blocks (see `decode`). What it holds on the
 /// heap is its dynamic table alone (`Table`): nothing until the client
@@ -182,8 +182,10 @@ impl Decoder {
         max_list: usize,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<(), ()>,
     ) -> Result<bool, DecodeError> {
-        let mut stack = [0u8; STACK];
-        let mut heap = Vec::new();
+        let mut scratch = Scratch {
+            stack: None,
+            heap: Vec::new(),
+        };
         let mut list = List {
             size: 0,
             max: max_list,
@@ -195,15 +197,17 @@ impl Decoder {
         let mut fields = false;
         while let Some(&c) = block.get(pos) {
             if c & 0x80 != 0 {
-                // §6.1 an indexed field.
+                // §6.1 an indexed field; 0 is refused (the static table
+                // has no entry 0, the dynamic one starts at 62).
                 let i = integer(block, &mut pos, 7)?;
-                self.indexed(i, &mut list, &mut f, &mut stack, &mut heap)?;
+                if i == 0 {
+                    return Err(ERR);
+                }
+                self.indexed(i, &mut list, &mut f, &mut scratch)?;
                 fields = true;
             } else if c & 0x40 != 0 {
                 // §6.2.1 a literal with incremental indexing.
-                self.literal(
-                    block, &mut pos, 6, true, &mut list, &mut f, &mut stack, &mut heap,
-                )?;
+                self.literal(block, &mut pos, 6, true, &mut list, &mut f, &mut scratch)?;
                 fields = true;
             } else if c & 0x20 != 0 {
                 // §6.3 a dynamic table size update: only before the
@@ -214,9 +218,7 @@ impl Decoder {
                 }
             } else {
                 // §6.2.2, §6.2.3: without indexing, never indexed.
-                self.literal(
-                    block, &mut pos, 4, false, &mut list, &mut f, &mut stack, &mut heap,
-                )?;
+                self.literal(block, &mut pos, 4, false, &mut list, &mut f, &mut scratch)?;
                 fields = true;
             }
         }
@@ -241,33 +243,27 @@ impl Decoder {
         i: usize,
         list: &mut List,
         f: &mut impl FnMut(&[u8], &[u8]) -> Result<(), ()>,
-        stack: &mut [u8; STACK],
-        heap: &mut Vec<u8>,
+        scratch: &mut Scratch,
     ) -> Result<(), DecodeError> {
-        match self.name_at(i)? {
-            Name::Static(_) => {
-                let (n, v) = STATIC[i - 1];
-                if list.count(n.len() + v.len()) {
-                    list.hand(f, n, v);
-                }
+        if let Some(&(n, v)) = i.checked_sub(1).and_then(|j| STATIC.get(j)) {
+            if list.count(n.len() + v.len()) {
+                list.hand(f, n, v);
             }
-            Name::Dynamic(k) => {
-                let (nl, vl) = self.table.lens(k).ok_or(ERR)?;
-                if !list.count(nl + vl) {
-                    return Ok(());
-                }
-                let (n, v) = self.table.get(k).ok_or(ERR)?;
-                if n.1.is_empty() && v.1.is_empty() {
-                    list.hand(f, n.0, v.0);
-                } else {
-                    // The entry wraps round the ring's end.
-                    let buf = scratch(stack, heap, nl + vl);
-                    copy(n, buf);
-                    copy(v, &mut buf[nl..]);
-                    list.hand(f, &buf[..nl], &buf[nl..nl + vl]);
-                }
-            }
-            Name::Lit(_) => return Err(ERR),
+            return Ok(());
+        }
+        let (n, v) = self.table.get(i - 62).ok_or(ERR)?;
+        let (nl, vl) = (n.0.len() + n.1.len(), v.0.len() + v.1.len());
+        if !list.count(nl + vl) {
+            return Ok(());
+        }
+        if n.1.is_empty() && v.1.is_empty() {
+            list.hand(f, n.0, v.0);
+        } else {
+            // The entry wraps round the ring's end.
+            let buf = scratch.get(nl + vl);
+            copy(n, buf);
+            copy(v, &mut buf[nl..]);
+            list.hand(f, &buf[..nl], &buf[nl..nl + vl]);
         }
         Ok(())
     }
@@ -283,8 +279,7 @@ impl Decoder {
         insert: bool,
         list: &mut List,
         f: &mut impl FnMut(&[u8], &[u8]) -> Result<(), ()>,
-        stack: &mut [u8; STACK],
-        heap: &mut Vec<u8>,
+        scratch: &mut Scratch,
     ) -> Result<(), DecodeError> {
         let i = integer(block, pos, prefix)?;
         let name = if i == 0 {
@@ -312,7 +307,7 @@ impl Decoder {
         if value.huffman {
             need += huffman::max_decoded(value.end - value.start);
         }
-        let buf = scratch(stack, heap, need);
+        let buf = scratch.get(need);
         let mut used = 0;
         let name_at = match name {
             Name::Lit(l) if l.huffman => {
@@ -374,14 +369,26 @@ impl Decoder {
     }
 }
 
-/// `need` bytes of scratch: on the stack, or on the heap past its size.
-fn scratch<'a>(stack: &'a mut [u8; STACK], heap: &'a mut Vec<u8>, need: usize) -> &'a mut [u8] {
-    if need <= STACK {
-        &mut stack[..]
-    } else {
-        if heap.len() < need {
-            heap.resize(need, 0);
+/// Room for decoded Huffman strings and copied entries: a buffer on the
+/// stack, zeroed only in a block that needs it, or one on the heap for
+/// what does not fit, dropped with the block.
+struct Scratch {
+    stack: Option<[u8; STACK]>,
+    heap: Vec<u8>,
+}
+
+impl Scratch {
+    /// At least `need` bytes.
+    fn get(&mut self, need: usize) -> &mut [u8] {
+        if need == 0 {
+            return &mut [];
         }
-        &mut heap[..]
+        if need <= STACK {
+            return &mut self.stack.get_or_insert([0; STACK])[..];
+        }
+        if self.heap.len() < need {
+            self.heap.resize(need, 0);
+        }
+        &mut self.heap[..]
     }
 }

@@ -33,7 +33,8 @@ pub(crate) fn integer(dst: &mut Vec<u8>, flags: u8, prefix: u32, v: usize) {
     dst.push(v as u8);
 }
 
-/// A string literal (§5.2), Huffman-coded when that is shorter.
+/// A string literal (§5.2), Huffman-coded when that is shorter (its
+/// length from the code lengths first: a cheap pass, no copy undone).
 #[inline]
 pub(crate) fn string(dst: &mut Vec<u8>, s: &[u8]) {
     let h = huffman::encoded_len(s);

@@ -101,13 +101,16 @@ static CANON: Canon = canon();
 /// Bits the lookup table takes at once.
 const PEEK: u32 = 11;
 
-/// For each 11-bit pattern, the symbol whose code it starts with and that
-/// code's length (`sym | len << 8`), or 0 when that code is longer than 11
-/// bits (no code is 0 bits long, so 0 is free).
-static FAST: [u16; 1 << PEEK] = fast();
+/// For each 11-bit pattern, what it starts with: the first symbol (bits
+/// 0–7) and its code's length (bits 16–19); when a second whole code
+/// follows within the 11 bits, that symbol (bits 8–15); the bits both take
+/// (20–24) and how many symbols (1 or 2, bits 25–26). 0 when the first code
+/// is longer than 11 bits (no code is 0 bits long, so 0 is free).
+static FAST: [u32; 1 << PEEK] = fast();
 
-const fn fast() -> [u16; 1 << PEEK] {
-    let mut t = [0u16; 1 << PEEK];
+const fn fast() -> [u32; 1 << PEEK] {
+    // One symbol per pattern first: `sym | len << 8`.
+    let mut one = [0u16; 1 << PEEK];
     let mut s = 0;
     while s < 256 {
         let l = BITS[s] as u32;
@@ -115,17 +118,35 @@ const fn fast() -> [u16; 1 << PEEK] {
             let start = (CODES[s] << (PEEK - l)) as usize;
             let mut j = 0;
             while j < 1 << (PEEK - l) {
-                t[start + j] = s as u16 | (l as u16) << 8;
+                one[start + j] = s as u16 | (l as u16) << 8;
                 j += 1;
             }
         }
         s += 1;
     }
+    let mut t = [0u32; 1 << PEEK];
+    let mut p = 0;
+    while p < 1 << PEEK {
+        let e = one[p];
+        if e != 0 {
+            let (s1, l1) = ((e & 0xff) as u32, (e >> 8) as u32);
+            let mut v = s1 | l1 << 16 | l1 << 20 | 1 << 25;
+            // What follows the first code, its unknown low bits zero: a
+            // second code counts only if it ends within the known bits.
+            let e2 = one[(p << l1) & ((1 << PEEK) - 1)];
+            let l2 = (e2 >> 8) as u32;
+            if e2 != 0 && l1 + l2 <= PEEK {
+                v = s1 | ((e2 & 0xff) as u32) << 8 | l1 << 16 | (l1 + l2) << 20 | 2 << 25;
+            }
+            t[p] = v;
+        }
+        p += 1;
+    }
     t
 }
 
-/// A code longer than 11 bits at the top of `top30` (the next 30 bits,
-/// padded with ones): its symbol and length.
+/// A code longer than 11 bits at the top of `top30` (the next 30 bits):
+/// its symbol and length.
 #[cold]
 fn long_code(top30: u32) -> Option<(u16, u32)> {
     let mut l = PEEK as usize + 1;
@@ -142,10 +163,11 @@ fn long_code(top30: u32) -> Option<(u16, u32)> {
     None
 }
 
-/// An upper bound of the decoded length of `n` Huffman-coded bytes: no code
-/// is shorter than 5 bits.
+/// An upper bound of the decoded length of `n` Huffman-coded bytes (no
+/// code is shorter than 5 bits), plus the byte `decode` may write past
+/// the last symbol.
 pub(crate) fn max_decoded(n: usize) -> usize {
-    n / 5 * 8 + (n % 5) * 8 / 5 + 1
+    n / 5 * 8 + (n % 5) * 8 / 5 + 2
 }
 
 /// Decodes `src` into `out` (at least `max_decoded(src.len())` long);
@@ -153,54 +175,87 @@ pub(crate) fn max_decoded(n: usize) -> usize {
 /// longer than 7 bits or not all ones (RFC 7541 §5.2).
 pub(crate) fn decode(src: &[u8], out: &mut [u8]) -> Result<usize, ()> {
     // The bits not yet decoded, left-aligned in `acc`; below them, bits of
-    // the bytes that follow `src[i]` or zeros.
+    // the bytes from `src[i]` on, or zeros.
     let (mut acc, mut nbits, mut i, mut n) = (0u64, 0u32, 0usize, 0usize);
     loop {
-        if nbits < 30 {
-            if let Some(w) = src.get(i..).and_then(|r| r.first_chunk::<8>()) {
-                acc |= u64::from_be_bytes(*w) >> nbits;
-                let k = (63 - nbits) / 8;
-                i += k as usize;
-                nbits += 8 * k;
-            } else {
-                while nbits <= 55 {
-                    let Some(&b) = src.get(i) else { break };
-                    acc |= u64::from(b) << (56 - nbits);
-                    i += 1;
-                    nbits += 8;
-                }
-                if nbits == 0 {
-                    return Ok(n);
-                }
+        if let Some(w) = src.get(i..).and_then(|r| r.first_chunk::<8>()) {
+            acc |= u64::from_be_bytes(*w) >> nbits;
+            let k = (63 - nbits) / 8;
+            i += k as usize;
+            nbits += 8 * k;
+        } else {
+            while nbits <= 55 {
+                let Some(&b) = src.get(i) else { break };
+                acc |= u64::from(b) << (56 - nbits);
+                i += 1;
+                nbits += 8;
+            }
+            if i == src.len() {
+                break;
             }
         }
-        // 1 <= nbits <= 63. Past the last bit, ones: the padding's bits,
-        // so that a valid padding reads as the start of EOS.
+        // Whole codes, up to two at a time, while 30 bits (the longest
+        // code) are there.
+        while nbits >= 30 {
+            let e = FAST[(acc >> (64 - PEEK)) as usize];
+            let len = if e != 0 {
+                let o = out.get_mut(n..n + 2).ok_or(())?;
+                o[0] = e as u8;
+                o[1] = (e >> 8) as u8;
+                n += (e >> 25) as usize;
+                (e >> 20) & 0x1f
+            } else {
+                let (sym, len) = long_code((acc >> 34) as u32).ok_or(())?;
+                if sym == EOS {
+                    return Err(());
+                }
+                *out.get_mut(n).ok_or(())? = sym as u8;
+                n += 1;
+                len
+            };
+            acc <<= len;
+            nbits -= len;
+        }
+    }
+    // All the input is in `acc` now (`nbits` <= 63): codes checked
+    // against what is left.
+    while nbits > 0 {
+        // Past the last bit, ones: a valid padding reads as EOS's start.
         let padded = acc | (u64::MAX >> nbits);
         let e = FAST[(padded >> (64 - PEEK)) as usize];
-        let (sym, len) = if e != 0 {
-            (e & 0xff, u32::from(e >> 8))
+        let len = if e != 0 && (e >> 20) & 0x1f <= nbits {
+            let o = out.get_mut(n..n + 2).ok_or(())?;
+            o[0] = e as u8;
+            o[1] = (e >> 8) as u8;
+            n += (e >> 25) as usize;
+            (e >> 20) & 0x1f
+        } else if e != 0 && (e >> 16) & 0xf <= nbits {
+            *out.get_mut(n).ok_or(())? = e as u8;
+            n += 1;
+            (e >> 16) & 0xf
+        } else if e == 0 && nbits > PEEK {
+            let (sym, len) = long_code((padded >> 34) as u32).ok_or(())?;
+            if len > nbits {
+                break;
+            }
+            if sym == EOS {
+                return Err(());
+            }
+            *out.get_mut(n).ok_or(())? = sym as u8;
+            n += 1;
+            len
         } else {
-            long_code((padded >> 34) as u32).ok_or(())?
+            break;
         };
-        if len > nbits {
-            // No symbol in what is left (the input is all read: a refill
-            // leaves at least 56 bits while it lasts): the padding.
-            let rest = acc >> (64 - nbits);
-            return if nbits <= 7 && rest == (1 << nbits) - 1 {
-                Ok(n)
-            } else {
-                Err(())
-            };
-        }
-        if sym == EOS {
-            return Err(());
-        }
-        *out.get_mut(n).ok_or(())? = sym as u8;
-        n += 1;
         acc <<= len;
         nbits -= len;
     }
+    // No symbol in what is left: the padding, under 8 bits and all ones
+    // (the start of EOS, §5.2).
+    if nbits > 7 || (nbits > 0 && acc >> (64 - nbits) != (1 << nbits) - 1) {
+        return Err(());
+    }
+    Ok(n)
 }
 
 /// The length of `s` Huffman-coded, in bytes.

@@ -86,10 +86,11 @@ struct Entry {
 pub(crate) type Parts<'a> = (&'a [u8], &'a [u8]);
 
 /// The decoder's dynamic table (RFC 7541 §2.3.2). Heap held: the ring
-/// (at most the largest `max` seen, rounded to a power of two but never
-/// past `limit`) and 12 bytes per entry slot (at most `limit / 32`
-/// entries fit, §4.1), so never more than 1.375 × `limit` plus the
-/// `VecDeque`'s rounding; nothing before the first insert.
+/// (at most `limit` bytes: the largest need seen rounded up to a power of
+/// two, at least 128) and 12 bytes per entry slot (at most `limit / 32`
+/// entries fit, §4.1; the deque rounds to a power of two): for 4,096, at
+/// most 4,096 + 1,536 bytes; nothing before the first insert, nothing
+/// after a size update to 0.
 pub(crate) struct Table {
     ring: Vec<u8>,
     /// The oldest entry's first byte.
@@ -132,13 +133,6 @@ impl Table {
 
     pub(crate) fn heap_bytes(&self) -> usize {
         self.ring.capacity() + self.entries.capacity() * std::mem::size_of::<Entry>()
-    }
-
-    /// Entry `k` (0: the newest, index 62 of §2.3.3): the lengths of its
-    /// name and value.
-    pub(crate) fn lens(&self, k: usize) -> Option<(usize, usize)> {
-        let e = self.entry(k)?;
-        Some((e.name as usize, e.value as usize))
     }
 
     /// Entry `k`'s name and value, each in one or two parts.

@@ -275,6 +275,7 @@ fn an_integer_past_u32_or_5_continuation_bytes_is_refused() {
     refused(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
     // Six continuation bytes, however small the value.
     refused(&[0xff, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00]);
+    refused(&[0x3f, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00]);
     let mut d = Decoder::new(4096);
     // A size update spelt with 5 continuation bytes: 31 + 0.
     assert!(decode(&mut d, &[0x3f, 0x80, 0x80, 0x80, 0x80, 0x00]).is_ok());
@@ -391,6 +392,11 @@ fn a_list_too_large_is_decoded_whole_and_keeps_the_table_in_step() {
     assert_eq!(r, Err(DecodeError::ListTooLarge));
     assert_eq!(seen, 2);
     assert_eq!(d.table_len(), 5);
+    // Exactly at the limit is within it.
+    let r = d.decode(&[0x80 | 62, 0x80 | 63], 150, |_, _| Ok(()));
+    assert_eq!(r, Ok(true));
+    let r = d.decode(&[0x80 | 62, 0x80 | 63], 149, |_, _| Ok(()));
+    assert_eq!(r, Err(DecodeError::ListTooLarge));
     let got = decode(&mut d, &[0x80 | 62, 0x80 | 66]).unwrap();
     assert_eq!(
         got,

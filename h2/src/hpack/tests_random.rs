@@ -3,6 +3,8 @@
 use super::huffman;
 use super::tests::{decode, Fields};
 use super::*;
+use super::{encode, table};
+use std::collections::HashMap;
 
 /// xorshift64*: a small deterministic generator, no dependency.
 pub(super) struct Rng(u64);
@@ -139,14 +141,12 @@ fn the_encoder_uses_indexes_huffman_and_never_indexed_literals() {
 }
 
 /// The Huffman decoder, one bit at a time, from the code table.
-fn slow_huffman(src: &[u8]) -> Result<Vec<u8>, ()> {
+fn slow_huffman(codes: &HashMap<(u32, u32), usize>, src: &[u8]) -> Result<Vec<u8>, ()> {
     let (mut out, mut code, mut len) = (Vec::new(), 0u32, 0u32);
     for k in 0..src.len() * 8 {
         code = (code << 1) | u32::from(src[k / 8] >> (7 - k % 8) & 1);
         len += 1;
-        if let Some(s) =
-            (0..257).find(|&s| u32::from(huffman::BITS[s]) == len && huffman::CODES[s] == code)
-        {
+        if let Some(&s) = codes.get(&(len, code)) {
             if s == 256 {
                 return Err(());
             }
@@ -182,6 +182,9 @@ fn the_huffman_code_is_rfc_7541s() {
 
 #[test]
 fn huffman_round_trips_and_matches_a_bit_by_bit_decoder() {
+    let codes: HashMap<(u32, u32), usize> = (0..257)
+        .map(|s| ((u32::from(huffman::BITS[s]), huffman::CODES[s]), s))
+        .collect();
     let mut r = Rng::new(7);
     for i in 0..20_000 {
         let n = r.below(64);
@@ -199,6 +202,189 @@ fn huffman_round_trips_and_matches_a_bit_by_bit_decoder() {
             junk[at] ^= 1 << r.below(8);
             junk.truncate(junk.len() - r.below(2));
         }
-        assert_eq!(fast_huffman(&junk), slow_huffman(&junk), "{junk:02x?}");
+        assert_eq!(
+            fast_huffman(&junk),
+            slow_huffman(&codes, &junk),
+            "{junk:02x?}"
+        );
     }
+}
+
+/// The dynamic table as RFC 7541 §2.3.2 and §4 describe it, newest first.
+struct Model {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    max: usize,
+}
+
+impl Model {
+    fn size(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 32)
+            .sum()
+    }
+    fn evict(&mut self) {
+        while self.size() > self.max {
+            self.entries.pop();
+        }
+    }
+    fn insert(&mut self, n: Vec<u8>, v: Vec<u8>) {
+        self.entries.insert(0, (n, v));
+        self.evict();
+    }
+}
+
+/// A string literal, raw or Huffman as asked.
+fn string(b: &mut Vec<u8>, s: &[u8], huffman: bool) {
+    if huffman {
+        encode::integer(b, 0x80, 7, huffman::encoded_len(s));
+        huffman::encode(s, b);
+    } else {
+        encode::integer(b, 0, 7, s.len());
+        b.extend_from_slice(s);
+    }
+}
+
+#[test]
+fn the_dynamic_table_matches_a_model_through_wraps_evictions_and_size_updates() {
+    let mut r = Rng::new(42);
+    for limit in [100, 256, 4096, 600] {
+        let mut d = Decoder::new(limit);
+        let mut m = Model {
+            entries: Vec::new(),
+            max: limit,
+        };
+        for round in 0..1500 {
+            let mut block = Vec::new();
+            let mut want: Fields = Vec::new();
+            for _ in 0..r.below(3) {
+                let max = if r.below(2) == 0 {
+                    limit
+                } else {
+                    r.below(limit + 1)
+                };
+                encode::integer(&mut block, 0x20, 5, max);
+                m.max = max;
+                m.evict();
+            }
+            for _ in 0..r.below(8) {
+                let dynamic = m.entries.len();
+                let kind = r.below(10);
+                if kind < 3 {
+                    // An indexed field, static or dynamic.
+                    let i = 1 + r.below(61 + dynamic);
+                    encode::integer(&mut block, 0x80, 7, i);
+                    want.push(if i <= 61 {
+                        let (n, v) = table::STATIC[i - 1];
+                        (n.to_vec(), v.to_vec())
+                    } else {
+                        m.entries[i - 62].clone()
+                    });
+                    continue;
+                }
+                let (flags, prefix, insert) = match r.below(3) {
+                    0 => (0x00, 4, false),
+                    1 => (0x10, 4, false),
+                    _ => (0x40, 6, true),
+                };
+                // The name: new, or by index (static or dynamic).
+                let name = if r.below(3) == 0 {
+                    encode::integer(&mut block, flags, prefix, 0);
+                    let n = random_name(&mut r);
+                    string(&mut block, &n, r.below(2) == 0);
+                    n
+                } else {
+                    let i = 1 + r.below(61 + dynamic);
+                    encode::integer(&mut block, flags, prefix, i);
+                    if i <= 61 {
+                        table::STATIC[i - 1].0.to_vec()
+                    } else {
+                        m.entries[i - 62].0.clone()
+                    }
+                };
+                let n = match r.below(4) {
+                    0 => r.below(limit),
+                    _ => r.below(limit / 4),
+                };
+                let v = r.bytes(n, TEXT);
+                string(&mut block, &v, r.below(2) == 0);
+                want.push((name.clone(), v.clone()));
+                if insert {
+                    m.insert(name, v);
+                }
+            }
+            assert_eq!(decode(&mut d, &block), Ok(want), "{limit} round {round}");
+            assert_eq!(d.table_size(), m.size(), "{limit} round {round}");
+            assert_eq!(d.table_len(), m.entries.len());
+            for (k, e) in m.entries.iter().enumerate() {
+                assert_eq!(
+                    d.table_entry(k).as_ref(),
+                    Some(e),
+                    "{limit} round {round} {k}"
+                );
+            }
+            // Never more than the ring and 12 bytes per entry slot.
+            assert!(
+                d.heap_bytes() <= limit + 12 * (limit / 32).next_power_of_two(),
+                "{limit}: {}",
+                d.heap_bytes()
+            );
+        }
+    }
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut r = Rng::new(99);
+    let mut d = Decoder::new(4096);
+    let mut valid: Vec<Vec<u8>> = Vec::new();
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..100_000 {
+        let block = match i % 4 {
+            // Valid blocks with bytes flipped, cut or added.
+            0 if !valid.is_empty() => {
+                let mut b: Vec<u8> = valid[r.below(valid.len())].clone();
+                for _ in 0..1 + r.below(3) {
+                    if b.is_empty() {
+                        break;
+                    }
+                    let at = r.below(b.len());
+                    match r.below(3) {
+                        0 => b[at] = r.next() as u8,
+                        1 => b.truncate(at),
+                        _ => b.insert(at, r.next() as u8),
+                    }
+                }
+                b
+            }
+            _ => {
+                let n = r.below(48);
+                r.bytes(n, &[])
+            }
+        };
+        let mut list = 0;
+        match d.decode(&block, 1 + r.below(8192), |n, v| {
+            list += n.len() + v.len();
+            Ok(())
+        }) {
+            Ok(_) => ok += 1,
+            Err(_) => err += 1,
+        }
+        assert!(list <= 8192);
+        if i % 100 == 0 {
+            // Fresh valid blocks that insert, to mutate.
+            let mut b = Vec::new();
+            b.push(0x40);
+            let n = random_name(&mut r);
+            string(&mut b, &n, r.below(2) == 0);
+            let v = random_value(&mut r);
+            string(&mut b, &v, r.below(2) == 0);
+            b.push(0x80 | 62);
+            valid.push(b);
+        }
+        if i % 5000 == 0 {
+            d = Decoder::new([0, 64, 4096][r.below(3)]);
+        }
+    }
+    assert!(ok > 1000 && err > 1000, "{ok} {err}");
 }
