@@ -229,8 +229,8 @@ impl<'s> Collect<'s> {
         }
         let s = &mut *self.scratch;
         s.reserve(8 + name.len() + value.len());
-        s.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        s.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        let lens = (name.len() as u64) | ((value.len() as u64) << 32);
+        s.extend_from_slice(&lens.to_le_bytes());
         s.extend_from_slice(name);
         s.extend_from_slice(value);
         true
