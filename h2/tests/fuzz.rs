@@ -3,6 +3,23 @@
 mod support;
 use support::*;
 
+/// Rounds per fuzz test: 3,000, or `ZGIX_H2_FUZZ_ROUNDS`.
+fn rounds() -> usize {
+    std::env::var("ZGIX_H2_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000)
+}
+
+/// The seed, or `ZGIX_H2_FUZZ_SEED` mixed into it.
+fn seed(base: u64) -> u64 {
+    let extra: u64 = std::env::var("ZGIX_H2_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (base ^ extra.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
+}
+
 /// xorshift64*: reproducible without a dependency.
 struct Rng(u64);
 
@@ -197,14 +214,15 @@ fn chaos(bytes: &[u8], r: &mut Rng) {
             );
             return;
         }
-        let _ = s.heap_bytes();
+        assert!(s.open_streams() <= 8, "max_concurrent_streams holds");
+        assert!(s.heap_bytes() < 4 << 20, "{}", s.heap_bytes());
     }
 }
 
 #[test]
 fn random_bytes_never_panic() {
-    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
-    for _ in 0..3000 {
+    let mut r = Rng(seed(0x9e37_79b9_7f4a_7c15));
+    for _ in 0..rounds() {
         let mut b = PREFACE.to_vec();
         b.extend(frame(SETTINGS, 0, 0, &[]));
         let n = r.below(600);
@@ -216,8 +234,8 @@ fn random_bytes_never_panic() {
 #[test]
 fn mutated_conversations_never_panic() {
     let s = script();
-    let mut r = Rng(42);
-    for _ in 0..3000 {
+    let mut r = Rng(seed(42));
+    for _ in 0..rounds() {
         let mut b = s.clone();
         for _ in 0..1 + r.below(6) {
             let i = 33 + r.below(b.len() - 33);
@@ -238,8 +256,8 @@ fn mutated_conversations_never_panic() {
 fn random_frames_never_panic() {
     // Well-framed nonsense: random types, flags, small stream ids and
     // payloads, with now and then a real header block.
-    let mut r = Rng(2026);
-    for _ in 0..3000 {
+    let mut r = Rng(seed(2026));
+    for _ in 0..rounds() {
         let mut b = PREFACE.to_vec();
         b.extend(frame(SETTINGS, 0, 0, &[]));
         for _ in 0..r.below(40) {
