@@ -1,7 +1,7 @@
 //! Header blocks (RFC 9113 §4.3, §6.2, §6.10): HEADERS with its padding and priority removed, CONTINUATION frames joined in a buffer held only while the block is open and bounded by max_header_list (CVE-2024-27316), the block decoded by HPACK (always to its end, so the dynamic table stays in step), and what it opens: a new stream, trailers, or a refusal.
 
 use super::request::Collect;
-use super::streams::{Closed, Stream, RECV_CLOSED, SEND_CLOSED};
+use super::streams::{Closed, Past, Stream, RECV_CLOSED, SEND_CLOSED};
 use super::{ConnError, Event, Reason, Server, Shutdown};
 use crate::frame::{self, be32, ErrorCode, Head, StreamId, END_HEADERS, END_STREAM, PADDED};
 use crate::frame::{DEFAULT_WINDOW, PRIORITY_FLAG};
@@ -138,21 +138,22 @@ impl Server {
             }
             return self.trailers(id, es, self_dep, block, on);
         }
-        if id <= self.streams.max_seen {
-            return match self.streams.closed(id) {
-                Some(Closed::ByClient) => {
-                    self.discard(block)?;
-                    self.stream_error(id, ErrorCode::STREAM_CLOSED, on)
-                }
-                // §5.1: frames after our RST_STREAM are ignored.
-                Some(Closed::ByServer) => self.discard(block),
-                // §5.1: a closed stream; the connection's error.
-                Some(Closed::Done) => Err(self.fail(ErrorCode::STREAM_CLOSED, Reason::Protocol)),
-                // §5.1.1: a stream id lower than one used.
-                None => self.protocol(),
-            };
+        match self.streams.state(id) {
+            Past::Idle => self.streams.open_id(id),
+            Past::Closed(Closed::ByClient) => {
+                self.discard(block)?;
+                return self.stream_error(id, ErrorCode::STREAM_CLOSED, on);
+            }
+            // §5.1: a closed stream; the connection's error.
+            Past::Closed(Closed::Done) => {
+                return Err(self.fail(ErrorCode::STREAM_CLOSED, Reason::Protocol))
+            }
+            // §5.1.1: a stream id lower than one used, never used itself.
+            Past::Skipped => return self.protocol(),
+            // §5.1: frames after our RST_STREAM are ignored (and on a stream
+            // too old to tell: trailers in flight, most likely).
+            Past::Closed(Closed::ByServer) | Past::Forgotten => return self.discard(block),
         }
-        self.streams.max_seen = id;
         if self.shutdown == Shutdown::Final {
             // §6.8: streams above the GOAWAY's last are ignored.
             self.streams.remember(id, Closed::ByServer);

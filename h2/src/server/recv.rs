@@ -1,6 +1,6 @@
 //! Reading the client's bytes (RFC 9113 §3.4, §4, §6): the preface, frame headers checked against SETTINGS_MAX_FRAME_SIZE, DATA handed over in pieces against the receive windows (§6.1, §6.9), and the control frames (PRIORITY, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, §6.3–§6.9); HEADERS and CONTINUATION go to `block`.
 
-use super::streams::{Closed, RECV_CLOSED, SEND_CLOSED};
+use super::streams::{Closed, Past, RECV_CLOSED, SEND_CLOSED};
 use super::{ConnError, Event, Reason, Server, Shutdown, SHUTDOWN_PING};
 use crate::frame::{self, be32, ErrorCode, Head, StreamId, ACK, END_STREAM, MAX_WINDOW, PADDED};
 
@@ -200,8 +200,6 @@ impl Server {
         }
         let mut deliver = false;
         let mut error = None;
-        let idle = h.id > self.streams.max_seen;
-        let ours = self.streams.closed(h.id) == Some(Closed::ByServer);
         match self.streams.get(h.id) {
             Some(s) if s.flags & RECV_CLOSED == 0 => {
                 s.recv -= h.len as i32;
@@ -232,11 +230,17 @@ impl Server {
             }
             // §5.1: half-closed (remote).
             Some(_) => error = Some(ErrorCode::STREAM_CLOSED),
-            // §5.1: idle.
-            None if idle => return self.protocol(),
-            // §5.1: frames after our RST_STREAM are ignored.
-            None if ours => {}
-            None => error = Some(ErrorCode::STREAM_CLOSED),
+            None => match self.streams.state(h.id) {
+                // §5.1: idle.
+                Past::Idle => return self.protocol(),
+                // §5.1: the client ended or reset it; or it was skipped (§5.1.1).
+                Past::Closed(Closed::ByClient | Closed::Done) | Past::Skipped => {
+                    error = Some(ErrorCode::STREAM_CLOSED)
+                }
+                // §5.1: frames after our RST_STREAM are ignored; so are those
+                // on a stream too old to tell.
+                Past::Closed(Closed::ByServer) | Past::Forgotten => {}
+            },
         }
         if deliver {
             self.conn_owed += (h.len - len) as u32;

@@ -40,6 +40,19 @@ pub(super) enum Closed {
     ByServer,
 }
 
+/// What a stream not open is.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(super) enum Past {
+    /// Above every id used (§5.1).
+    Idle,
+    /// Closed, and how, remembered.
+    Closed(Closed),
+    /// Below an id used and never opened itself: closed by that (§5.1.1).
+    Skipped,
+    /// Opened once, or too far below the latest to tell.
+    Forgotten,
+}
+
 /// Closed streams remembered.
 const RING: usize = 16;
 
@@ -51,6 +64,9 @@ pub(super) struct Streams {
     /// The highest stream id the client used (§5.1.1): any lower one not
     /// open is closed.
     pub max_seen: StreamId,
+    /// Which of the 128 client ids up to `max_seen` were opened: bit k for
+    /// `max_seen - 2k`.
+    opened: u128,
     /// The highest stream handed to the caller: GOAWAY's last stream (§6.8).
     pub last_taken: StreamId,
     /// The latest closed streams and how each closed.
@@ -120,6 +136,34 @@ impl Streams {
         self.next = (self.next + 1) % RING as u8;
     }
 
+    /// A new client stream's HEADERS came: it is the highest now.
+    pub fn open_id(&mut self, id: StreamId) {
+        let shift = (id - self.max_seen) / 2;
+        self.opened = if shift >= 128 {
+            0
+        } else {
+            self.opened << shift
+        };
+        self.opened |= 1;
+        self.max_seen = id;
+    }
+
+    /// What a stream that is not open is.
+    pub fn state(&self, id: StreamId) -> Past {
+        if id > self.max_seen {
+            return Past::Idle;
+        }
+        if let Some(how) = self.closed(id) {
+            return Past::Closed(how);
+        }
+        let k = (self.max_seen - id) / 2;
+        if k < 128 && self.opened & (1 << k) == 0 {
+            Past::Skipped
+        } else {
+            Past::Forgotten
+        }
+    }
+
     /// How a closed stream closed, if it is still remembered (the latest wins).
     pub fn closed(&self, id: StreamId) -> Option<Closed> {
         if id == 0 {
@@ -171,5 +215,26 @@ mod tests {
         assert_eq!(t.closed(3), None, "forgotten past the ring");
         assert_eq!(t.closed(101), Some(Closed::Done));
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn ids_below_the_highest_are_skipped_or_opened_or_too_old_to_tell() {
+        let mut t = Streams::default();
+        assert_eq!(t.state(1), Past::Idle);
+        t.open_id(1);
+        t.open_id(5);
+        assert_eq!(t.state(3), Past::Skipped);
+        assert_eq!(t.state(1), Past::Forgotten, "opened, closed unremembered");
+        assert_eq!(t.state(7), Past::Idle);
+        t.remember(1, Closed::Done);
+        assert_eq!(t.state(1), Past::Closed(Closed::Done));
+        t.open_id(5 + 2 * 127);
+        assert_eq!(t.state(5), Past::Forgotten, "bit 127");
+        assert_eq!(t.state(7), Past::Skipped);
+        t.open_id(5 + 2 * 128);
+        assert_eq!(t.state(7), Past::Skipped, "bit 127");
+        assert_eq!(t.state(5), Past::Forgotten, "past the window");
+        t.open_id(0x7fff_ffff);
+        assert_eq!(t.state(0x7fff_fffd), Past::Skipped);
     }
 }
