@@ -182,6 +182,19 @@ impl Table {
         true
     }
 
+    /// A new limit (SETTINGS_HEADER_TABLE_SIZE); when it is under the
+    /// maximum now, the maximum comes down to it (entries evicted) and
+    /// `true`: the encoder owes a size update (§4.2).
+    pub(crate) fn set_limit(&mut self, limit: usize) -> bool {
+        self.limit = limit.min(u32::MAX as usize);
+        if self.max <= self.limit {
+            return false;
+        }
+        self.max = self.limit;
+        self.evict_to(self.max);
+        true
+    }
+
     fn evict_to(&mut self, max: usize) {
         while self.size > max {
             let Some(e) = self.entries.pop_front() else {
