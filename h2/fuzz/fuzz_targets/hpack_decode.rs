@@ -19,7 +19,7 @@ fn run(d: &mut Decoder, block: &[u8], max_list: usize) -> Outcome {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&[a, b], rest)) = data.split_first_chunk::<2>().map(|(h, r)| (h, r)) else {
+    let Some((&[a, b], rest)) = data.split_first_chunk::<2>() else {
         return;
     };
     let limit = [0, 64, 256, 4096][usize::from(a & 3)];
