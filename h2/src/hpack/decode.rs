@@ -10,10 +10,13 @@ use super::DecodeError;
 const STACK: usize = 512;
 
 /// Decodes the client's header blocks (see `decode`). What it holds on the
-/// heap is its dynamic table alone (`Table`): nothing until the client
-/// first adds an entry, nothing after a block that inserted nothing.
+/// heap between blocks is its dynamic table alone: nothing until the client
+/// first adds an entry.
 pub struct Decoder {
     table: Table,
+    /// The limit came down: the next block must start with a size update
+    /// (RFC 7541 §4.2).
+    update_due: bool,
 }
 
 /// A string of a literal (RFC 7541 §5.2): where it is, raw or Huffman.
@@ -137,6 +140,18 @@ impl Decoder {
     pub fn new(max_table: usize) -> Decoder {
         Decoder {
             table: Table::new(max_table),
+            update_due: false,
+        }
+    }
+
+    /// A new SETTINGS_HEADER_TABLE_SIZE, once the client acknowledged the
+    /// SETTINGS frame carrying it (RFC 9113 §6.5.3). Lowered under the
+    /// table's maximum, it evicts what no longer fits and the next block
+    /// must start with a size update to at most it (RFC 7541 §4.2), else
+    /// `Compression`; raised, it is the most later size updates may set.
+    pub fn set_max_table(&mut self, max_table: usize) {
+        if self.table.set_limit(max_table) {
+            self.update_due = true;
         }
     }
 
@@ -195,6 +210,12 @@ impl Decoder {
         };
         let mut pos = 0;
         let mut fields = false;
+        if self.update_due {
+            if block.first().is_none_or(|&c| c & 0xe0 != 0x20) {
+                return Err(ERR);
+            }
+            self.update_due = false;
+        }
         while let Some(&c) = block.get(pos) {
             if c & 0x80 != 0 {
                 // §6.1 an indexed field; 0 is refused (the static table

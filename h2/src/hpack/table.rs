@@ -88,7 +88,8 @@ pub(crate) type Parts<'a> = (&'a [u8], &'a [u8]);
 /// The decoder's dynamic table (RFC 7541 §2.3.2). Heap held: the ring
 /// (at most `limit` bytes: the largest need seen rounded up to a power of
 /// two, at least 128) and 12 bytes per entry slot (at most `limit / 32`
-/// entries fit, §4.1; the deque rounds to a power of two): for 4,096, at
+/// entries fit, §4.1; the deque rounds to a power of two, 4 at least):
+/// for 4,096, at
 /// most 4,096 + 1,536 bytes; nothing before the first insert, nothing
 /// after a size update to 0.
 pub(crate) struct Table {
@@ -179,6 +180,19 @@ impl Table {
         }
         self.max = max;
         self.evict_to(max);
+        true
+    }
+
+    /// A new limit (SETTINGS_HEADER_TABLE_SIZE); when it is under the
+    /// maximum now, the maximum comes down to it (entries evicted) and
+    /// `true`: the encoder owes a size update (§4.2).
+    pub(crate) fn set_limit(&mut self, limit: usize) -> bool {
+        self.limit = limit.min(u32::MAX as usize);
+        if self.max <= self.limit {
+            return false;
+        }
+        self.max = self.limit;
+        self.evict_to(self.max);
         true
     }
 

@@ -472,3 +472,33 @@ fn heap_bytes_is_0_until_an_insert_and_bounded_after_many() {
     decode(&mut d, &[0x20]).unwrap();
     assert_eq!(d.heap_bytes(), 0);
 }
+
+#[test]
+fn a_lowered_limit_evicts_and_wants_a_size_update_first() {
+    let mut d = Decoder::new(4096);
+    decode(&mut d, &hex(C3[0])).unwrap();
+    decode(&mut d, &hex(C3[1])).unwrap();
+    assert_eq!(d.table_size(), 110);
+    // Raised: nothing due.
+    d.set_max_table(8192);
+    assert!(decode(&mut d, &[0x82]).is_ok());
+    // Lowered to 60: the older entry goes now, and an update is due.
+    d.set_max_table(60);
+    assert_eq!(table(&d), fields(&[("cache-control", "no-cache")]));
+    assert_eq!(decode(&mut d, &[0x82]), Err(DecodeError::Compression));
+    let mut d = Decoder::new(4096);
+    decode(&mut d, &hex(C3[0])).unwrap();
+    d.set_max_table(60);
+    assert_eq!(decode(&mut d, &[]), Err(DecodeError::Compression));
+    let mut d = Decoder::new(4096);
+    d.set_max_table(60);
+    // An update over the new limit is refused; one within it is fine.
+    assert_eq!(
+        decode(&mut d, &[0x3f, 0x1e, 0x82]),
+        Err(DecodeError::Compression)
+    );
+    let mut d = Decoder::new(4096);
+    d.set_max_table(60);
+    assert!(decode(&mut d, &[0x3f, 0x1d, 0x82]).is_ok());
+    assert!(decode(&mut d, &[0x82]).is_ok());
+}

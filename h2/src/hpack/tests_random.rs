@@ -388,3 +388,23 @@ fn random_bytes_never_panic() {
     }
     assert!(ok > 1000 && err > 1000, "{ok} {err}");
 }
+
+#[test]
+fn static_names_are_found_at_their_first_index_and_others_not() {
+    for (i, (name, _)) in table::STATIC.iter().enumerate() {
+        let first = table::STATIC.iter().position(|(n, _)| n == name).unwrap() + 1;
+        assert_eq!(encode::static_name(name), Some(first), "{i}");
+        assert!(first <= i + 1);
+    }
+    for name in [
+        &b""[..],
+        b"x",
+        b"dates",
+        b"dat",
+        b"content-typ",
+        b"Content-Type",
+        b":statu",
+    ] {
+        assert_eq!(encode::static_name(name), None, "{name:?}");
+    }
+}
