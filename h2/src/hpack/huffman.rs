@@ -259,13 +259,29 @@ pub(crate) fn decode(src: &[u8], out: &mut [u8]) -> Result<usize, ()> {
 }
 
 /// The length of `s` Huffman-coded, in bytes.
+#[cfg(test)]
 pub(crate) fn encoded_len(s: &[u8]) -> usize {
     let bits: usize = s.iter().map(|&c| usize::from(BITS[usize::from(c)])).sum();
     bits.div_ceil(8)
 }
 
 /// Appends `s` Huffman-coded to `dst`, padded with ones (RFC 7541 §5.2).
+#[cfg(test)]
 pub(crate) fn encode(s: &[u8], dst: &mut Vec<u8>) {
+    let done = encode_within(s, usize::MAX, dst);
+    debug_assert!(done);
+}
+
+/// Appends `s` Huffman-coded if that is shorter than `s` itself, and says
+/// whether it did (else `dst` is left as it was). One pass: the code's
+/// length is not known ahead, and the pass stops once it reaches `s`'s.
+pub(crate) fn encode_shorter(s: &[u8], dst: &mut Vec<u8>) -> bool {
+    encode_within(s, s.len(), dst)
+}
+
+/// Appends `s` Huffman-coded if that takes fewer than `limit` bytes.
+fn encode_within(s: &[u8], limit: usize, dst: &mut Vec<u8>) -> bool {
+    let start = dst.len();
     // `n` bits wait in the low end of `acc` (fewer than 32 between symbols).
     let (mut acc, mut n) = (0u64, 0u32);
     for &c in s {
@@ -275,6 +291,10 @@ pub(crate) fn encode(s: &[u8], dst: &mut Vec<u8>) {
         if n >= 32 {
             n -= 32;
             dst.extend_from_slice(&((acc >> n) as u32).to_be_bytes());
+            if dst.len() - start >= limit {
+                dst.truncate(start);
+                return false;
+            }
         }
     }
     while n >= 8 {
@@ -284,4 +304,9 @@ pub(crate) fn encode(s: &[u8], dst: &mut Vec<u8>) {
     if n > 0 {
         dst.push(((acc << (8 - n)) as u8) | ((1u16 << (8 - n)) - 1) as u8);
     }
+    if dst.len() - start >= limit {
+        dst.truncate(start);
+        return false;
+    }
+    true
 }
