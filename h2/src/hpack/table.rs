@@ -193,6 +193,12 @@ impl Table {
         }
         self.max = self.limit;
         self.evict_to(self.max);
+        if self.entries.is_empty() {
+            self.ring = Vec::new();
+        } else if self.ring.len() > self.limit {
+            // Within the new bound too.
+            self.relayout(self.used);
+        }
         true
     }
 
@@ -229,7 +235,7 @@ impl Table {
         }
         self.evict_to(self.max - s);
         if self.used + n > self.ring.len() {
-            self.grow(self.used + n);
+            self.relayout(self.used + n);
         }
         let off = self.wrap(self.head + self.used);
         self.put(off, name);
@@ -254,9 +260,10 @@ impl Table {
         }
     }
 
-    /// A ring of at least `need` bytes (need <= max <= limit), the entries
-    /// laid out again from its start.
-    fn grow(&mut self, need: usize) {
+    /// A new ring of at least `need` bytes (`used` <= need <= limit): the
+    /// next power of two from 128, within the limit; the entries laid out
+    /// again from its start.
+    fn relayout(&mut self, need: usize) {
         let cap = need
             .max(MIN_RING)
             .checked_next_power_of_two()

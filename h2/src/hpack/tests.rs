@@ -501,4 +501,14 @@ fn a_lowered_limit_evicts_and_wants_a_size_update_first() {
     d.set_max_table(60);
     assert!(decode(&mut d, &[0x3f, 0x1d, 0x82]).is_ok());
     assert!(decode(&mut d, &[0x82]).is_ok());
+    // The ring comes down with the limit, its entries kept.
+    let mut d = Decoder::new(4096);
+    decode(&mut d, &inserting(1, 3000)).unwrap();
+    decode(&mut d, &inserting(1, 10)).unwrap();
+    assert!(d.heap_bytes() >= 4096);
+    d.set_max_table(200);
+    assert!(d.heap_bytes() <= 200 + 12 * 4, "{}", d.heap_bytes());
+    assert_eq!(table(&d), vec![(b"x-0".to_vec(), vec![b'v'; 10])]);
+    decode(&mut d, &[0x20]).unwrap();
+    assert_eq!(d.heap_bytes(), 0);
 }

@@ -128,6 +128,17 @@ fn the_encoder_uses_indexes_huffman_and_never_indexed_literals() {
     // Raw where Huffman is longer: the name 3 bytes either way? 'x' is 7
     // bits, '-' 6, 'a' 5: 18 bits = 3 bytes, not shorter, so raw.
     assert_eq!(b, [0x00, 0x03, b'x', b'-', b'a', 0x02, 0x00, 0x01]);
+    // 300 'a's: 1,500 bits, 188 bytes, a length of two bytes (127 + 61).
+    b.clear();
+    e.field(b"x-a", &[b'a'; 300], false, &mut b);
+    assert_eq!(b[5..8], [0xff, 61, 0x18]);
+    assert_eq!(b.len(), 8 + 187);
+    // Octets of 28 bits and more: raw, at the raw length.
+    b.clear();
+    e.field(b"etag", &[0x01; 200], false, &mut b);
+    assert_eq!(b[..3], [0x0f, 34 - 15, 0x7f]);
+    assert_eq!(b[3], 200 - 127);
+    assert_eq!(b.len(), 4 + 200);
     b.clear();
     e.field(b"accept-encoding", b"gzip, deflate", false, &mut b);
     assert_eq!(b, [0x80 | 16]);
