@@ -188,18 +188,18 @@ impl Table {
     /// `true`: the encoder owes a size update (§4.2).
     pub(crate) fn set_limit(&mut self, limit: usize) -> bool {
         self.limit = limit.min(u32::MAX as usize);
-        if self.max <= self.limit {
-            return false;
+        let due = self.max > self.limit;
+        if due {
+            self.max = self.limit;
+            self.evict_to(self.max);
         }
-        self.max = self.limit;
-        self.evict_to(self.max);
         if self.entries.is_empty() {
             self.ring = Vec::new();
         } else if self.ring.len() > self.limit {
             // Within the new bound too.
             self.relayout(self.used);
         }
-        true
+        due
     }
 
     fn evict_to(&mut self, max: usize) {
