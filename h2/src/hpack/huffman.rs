@@ -1,4 +1,4 @@
-//! The HPACK Huffman code (RFC 7541 §5.2, Appendix B): encoding from the code table, and decoding by an 11-bit lookup table built at compile time (one lookup per symbol of up to 11 bits, a canonical-code search for the rare longer ones).
+//! The HPACK Huffman code (RFC 7541 §5.2, Appendix B): encoding from the code table in one pass, and decoding by an 11-bit lookup table built at compile time by a `const fn` (one or two symbols per lookup; a canonical-code search for the rare codes over 11 bits).
 
 /// Code lengths of the HPACK Huffman code (RFC 7541 Appendix B), octets
 /// 0–255 then EOS. The code is canonical (codes of one length are

@@ -89,9 +89,8 @@ pub(crate) type Parts<'a> = (&'a [u8], &'a [u8]);
 /// (at most `limit` bytes: the largest need seen rounded up to a power of
 /// two, at least 128) and 12 bytes per entry slot (at most `limit / 32`
 /// entries fit, §4.1; the deque rounds to a power of two, 4 at least):
-/// for 4,096, at
-/// most 4,096 + 1,536 bytes; nothing before the first insert, nothing
-/// after a size update to 0.
+/// for 4,096, at most 4,096 + 1,536 bytes; nothing before the first
+/// insert, nothing after a size update to 0.
 pub(crate) struct Table {
     ring: Vec<u8>,
     /// The oldest entry's first byte.
