@@ -91,6 +91,7 @@ pub(crate) type Parts<'a> = (&'a [u8], &'a [u8]);
 /// entries fit, §4.1; the deque rounds to a power of two, 4 at least):
 /// for 4,096, at most 4,096 + 1,536 bytes; nothing before the first
 /// insert, nothing after a size update to 0.
+#[derive(Debug)]
 pub(crate) struct Table {
     ring: Vec<u8>,
     /// The oldest entry's first byte.

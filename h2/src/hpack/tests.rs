@@ -452,7 +452,7 @@ fn an_hpack_bomb_hands_over_at_most_max_list() {
 
 #[test]
 fn heap_bytes_is_0_until_an_insert_and_bounded_after_many() {
-    let mut d = Decoder::new(4096);
+    let mut d = Decoder::default();
     assert_eq!(d.heap_bytes(), 0);
     decode(&mut d, &hex("040c2f73616d706c652f70617468")).unwrap();
     decode(&mut d, &[0x82, 0x86, 0x84]).unwrap();
