@@ -9,6 +9,12 @@ use super::huffman;
 /// start of the first block after a change, and some decoders, nghttp2's,
 /// insist on one after the setting is lowered; 0 is at most any setting
 /// and says what the table is: empty).
+///
+/// What `status` and `field` write depends on their arguments alone (no
+/// table, no state), so their bytes can be kept and copied into later
+/// blocks of any connection: a caller may encode a field that changes
+/// seldom once (the `date` each second, the `server` name) and append its
+/// bytes after `begin` instead of coding it again.
 #[derive(Debug, Default, Clone)]
 pub struct Encoder {
     /// A size update is due at the next block's start.
