@@ -1,4 +1,4 @@
-//! Runs one HPACK job `n` times, for counting instructions under callgrind: `hpack_count <job> <n>` (jobs: decode-c4, decode-c4-steady, decode-indexed, encode-response); per-run cost = (count(n) - count(1)) / (n - 1).
+//! Runs one HPACK job `n` times, for counting instructions under callgrind: `hpack_count <job> <n>` (jobs: decode-c4, decode-c4-steady, decode-indexed, decode-browser, encode-response); per-run cost = (count(n) - count(1)) / (n - 1).
 
 use std::hint::black_box;
 use zgix_h2::hpack::{Decoder, Encoder};
@@ -60,6 +60,29 @@ fn main() {
             seed.extend_from_slice(b"*/*");
             d.decode(&seed, 65536, sink).unwrap();
             let block = [0x82, 0x87, 0x84, 0x80 | 64, 0x80 | 62, 0x80 | 63];
+            for _ in 0..n {
+                black_box(d.decode(black_box(&block), 65536, sink)).unwrap();
+            }
+        }
+        // A browser's first request, every field a Huffman literal (as
+        // this crate's encoder writes them, so without indexing).
+        "decode-browser" => {
+            let mut e = Encoder::new();
+            let mut block = vec![0x82, 0x87];
+            for (n, v) in [
+                (&b":authority"[..], &b"www.example.com"[..]),
+                (b":path", b"/articles/2026/12/03/an-http2-codec?ref=home&utm_source=feed"),
+                (b"sec-ch-ua", b"\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\""),
+                (b"sec-ch-ua-mobile", b"?0"),
+                (b"user-agent", b"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"),
+                (b"accept", b"text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"),
+                (b"accept-encoding", b"gzip, deflate, br, zstd"),
+                (b"accept-language", b"en-US,en;q=0.9"),
+                (b"cookie", b"session=8f3a9c2e71d64b0f9e1a; theme=dark"),
+            ] {
+                e.field(n, v, false, &mut block);
+            }
+            let mut d = Decoder::new(4096);
             for _ in 0..n {
                 black_box(d.decode(black_box(&block), 65536, sink)).unwrap();
             }

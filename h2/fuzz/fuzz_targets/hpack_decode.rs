@@ -1,4 +1,4 @@
-//! The HPACK decoder on arbitrary blocks, one decoder across them (the input cut at 0xf7 0x7f pairs): never a panic, the fields handed over within the list limit, the table within its size and its heap bound, the same outcome from a second decoder fed the same blocks.
+//! The HPACK decoder on arbitrary blocks, one decoder across them (the input cut at 0xf7 0x7f pairs; a piece 0xf6 n instead sets the table limit to 32n): never a panic, the fields handed over within the list limit, the table within its size and its heap bound, the same outcome from a second decoder fed the same blocks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -22,7 +22,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&[a, b], rest)) = data.split_first_chunk::<2>() else {
         return;
     };
-    let limit = [0, 64, 256, 4096][usize::from(a & 3)];
+    let mut limit = [0, 64, 256, 4096][usize::from(a & 3)];
+    let mut most = limit;
     let max_list = 1 + usize::from(b) * 64;
     let (mut d, mut twin) = (Decoder::new(limit), Decoder::new(limit));
     let mut at = 0;
@@ -32,11 +33,19 @@ fuzz_target!(|data: &[u8]| {
             .position(|w| w == [0xf7, 0x7f])
             .map_or(rest.len(), |p| at + p);
         let block = &rest[at..end];
+        if let [0xf6, n] = block {
+            limit = usize::from(*n) * 32;
+            most = most.max(limit);
+            d.set_max_table(limit);
+            twin.set_max_table(limit);
+            at = end + 2;
+            continue;
+        }
         let one = run(&mut d, block, max_list);
         assert_eq!(one, run(&mut twin, block, max_list));
         assert!(d.table_size() <= limit);
         // The ring, and 12 bytes per entry slot (the deque allocates 4 at least).
-        let slots = (limit / 32).next_power_of_two().max(4);
+        let slots = (most / 32).next_power_of_two().max(4);
         assert!(d.heap_bytes() <= limit + 12 * slots);
         if one.0 == Err(DecodeError::Compression) {
             // The connection would end here.

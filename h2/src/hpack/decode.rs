@@ -12,6 +12,7 @@ const STACK: usize = 512;
 /// Decodes the client's header blocks (see `decode`). What it holds on the
 /// heap between blocks is its dynamic table alone: nothing until the client
 /// first adds an entry.
+#[derive(Debug)]
 pub struct Decoder {
     table: Table,
     /// The limit came down: the next block must start with a size update
@@ -132,6 +133,13 @@ fn copy(p: Parts<'_>, buf: &mut [u8]) -> usize {
     buf[..p.0.len()].copy_from_slice(p.0);
     buf[p.0.len()..n].copy_from_slice(p.1);
     n
+}
+
+impl Default for Decoder {
+    /// A decoder for the default SETTINGS_HEADER_TABLE_SIZE, 4,096 (RFC 9113 §6.5.2).
+    fn default() -> Decoder {
+        Decoder::new(4096)
+    }
 }
 
 impl Decoder {

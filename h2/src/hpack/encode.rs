@@ -9,6 +9,12 @@ use super::huffman;
 /// start of the first block after a change, and some decoders, nghttp2's,
 /// insist on one after the setting is lowered; 0 is at most any setting
 /// and says what the table is: empty).
+///
+/// What `status` and `field` write depends on their arguments alone (no
+/// table, no state), so their bytes can be kept and copied into later
+/// blocks of any connection: a caller may encode a field that changes
+/// seldom once (the `date` each second, the `server` name) and append its
+/// bytes after `begin` instead of coding it again.
 #[derive(Debug, Default, Clone)]
 pub struct Encoder {
     /// A size update is due at the next block's start.
@@ -33,15 +39,25 @@ pub(crate) fn integer(dst: &mut Vec<u8>, flags: u8, prefix: u32, v: usize) {
     dst.push(v as u8);
 }
 
-/// A string literal (§5.2), Huffman-coded when that is shorter (its
-/// length from the code lengths first: a cheap pass, no copy undone).
+/// A string literal (§5.2), Huffman-coded when that is shorter: coded in
+/// one pass behind a one-byte length, moved along when the length takes
+/// more, replaced by the raw bytes when not shorter.
 #[inline]
 pub(crate) fn string(dst: &mut Vec<u8>, s: &[u8]) {
-    let h = huffman::encoded_len(s);
-    if h < s.len() {
-        integer(dst, 0x80, 7, h);
-        huffman::encode(s, dst);
+    let at = dst.len();
+    dst.push(0x80);
+    if huffman::encode_shorter(s, dst) {
+        let h = dst.len() - at - 1;
+        if h < 0x7f {
+            dst[at] = 0x80 | h as u8;
+        } else {
+            // At least 127 bytes coded: a longer length, rare.
+            let mut len = Vec::with_capacity(6);
+            integer(&mut len, 0x80, 7, h);
+            dst.splice(at..at + 1, len);
+        }
     } else {
+        dst.truncate(at);
         integer(dst, 0, 7, s.len());
         dst.extend_from_slice(s);
     }

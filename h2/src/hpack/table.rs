@@ -89,9 +89,9 @@ pub(crate) type Parts<'a> = (&'a [u8], &'a [u8]);
 /// (at most `limit` bytes: the largest need seen rounded up to a power of
 /// two, at least 128) and 12 bytes per entry slot (at most `limit / 32`
 /// entries fit, §4.1; the deque rounds to a power of two, 4 at least):
-/// for 4,096, at
-/// most 4,096 + 1,536 bytes; nothing before the first insert, nothing
-/// after a size update to 0.
+/// for 4,096, at most 4,096 + 1,536 bytes; nothing before the first
+/// insert, nothing after a size update to 0.
+#[derive(Debug)]
 pub(crate) struct Table {
     ring: Vec<u8>,
     /// The oldest entry's first byte.
@@ -188,12 +188,18 @@ impl Table {
     /// `true`: the encoder owes a size update (§4.2).
     pub(crate) fn set_limit(&mut self, limit: usize) -> bool {
         self.limit = limit.min(u32::MAX as usize);
-        if self.max <= self.limit {
-            return false;
+        let due = self.max > self.limit;
+        if due {
+            self.max = self.limit;
+            self.evict_to(self.max);
         }
-        self.max = self.limit;
-        self.evict_to(self.max);
-        true
+        if self.entries.is_empty() {
+            self.ring = Vec::new();
+        } else if self.ring.len() > self.limit {
+            // Within the new bound too.
+            self.relayout(self.used);
+        }
+        due
     }
 
     fn evict_to(&mut self, max: usize) {
@@ -229,7 +235,7 @@ impl Table {
         }
         self.evict_to(self.max - s);
         if self.used + n > self.ring.len() {
-            self.grow(self.used + n);
+            self.relayout(self.used + n);
         }
         let off = self.wrap(self.head + self.used);
         self.put(off, name);
@@ -254,9 +260,10 @@ impl Table {
         }
     }
 
-    /// A ring of at least `need` bytes (need <= max <= limit), the entries
-    /// laid out again from its start.
-    fn grow(&mut self, need: usize) {
+    /// A new ring of at least `need` bytes (`used` <= need <= limit): the
+    /// next power of two from 128, within the limit; the entries laid out
+    /// again from its start.
+    fn relayout(&mut self, need: usize) {
         let cap = need
             .max(MIN_RING)
             .checked_next_power_of_two()

@@ -452,7 +452,7 @@ fn an_hpack_bomb_hands_over_at_most_max_list() {
 
 #[test]
 fn heap_bytes_is_0_until_an_insert_and_bounded_after_many() {
-    let mut d = Decoder::new(4096);
+    let mut d = Decoder::default();
     assert_eq!(d.heap_bytes(), 0);
     decode(&mut d, &hex("040c2f73616d706c652f70617468")).unwrap();
     decode(&mut d, &[0x82, 0x86, 0x84]).unwrap();
@@ -501,4 +501,14 @@ fn a_lowered_limit_evicts_and_wants_a_size_update_first() {
     d.set_max_table(60);
     assert!(decode(&mut d, &[0x3f, 0x1d, 0x82]).is_ok());
     assert!(decode(&mut d, &[0x82]).is_ok());
+    // The ring comes down with the limit, its entries kept.
+    let mut d = Decoder::new(4096);
+    decode(&mut d, &inserting(1, 3000)).unwrap();
+    decode(&mut d, &inserting(1, 10)).unwrap();
+    assert!(d.heap_bytes() >= 4096);
+    d.set_max_table(200);
+    assert!(d.heap_bytes() <= 200 + 12 * 4, "{}", d.heap_bytes());
+    assert_eq!(table(&d), vec![(b"x-0".to_vec(), vec![b'v'; 10])]);
+    decode(&mut d, &[0x20]).unwrap();
+    assert_eq!(d.heap_bytes(), 0);
 }

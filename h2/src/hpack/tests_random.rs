@@ -128,6 +128,17 @@ fn the_encoder_uses_indexes_huffman_and_never_indexed_literals() {
     // Raw where Huffman is longer: the name 3 bytes either way? 'x' is 7
     // bits, '-' 6, 'a' 5: 18 bits = 3 bytes, not shorter, so raw.
     assert_eq!(b, [0x00, 0x03, b'x', b'-', b'a', 0x02, 0x00, 0x01]);
+    // 300 'a's: 1,500 bits, 188 bytes, a length of two bytes (127 + 61).
+    b.clear();
+    e.field(b"x-a", &[b'a'; 300], false, &mut b);
+    assert_eq!(b[5..8], [0xff, 61, 0x18]);
+    assert_eq!(b.len(), 8 + 187);
+    // Octets of 28 bits and more: raw, at the raw length.
+    b.clear();
+    e.field(b"etag", &[0x01; 200], false, &mut b);
+    assert_eq!(b[..3], [0x0f, 34 - 15, 0x7f]);
+    assert_eq!(b[3], 200 - 127);
+    assert_eq!(b.len(), 4 + 200);
     b.clear();
     e.field(b"accept-encoding", b"gzip, deflate", false, &mut b);
     assert_eq!(b, [0x80 | 16]);
@@ -248,7 +259,8 @@ fn string(b: &mut Vec<u8>, s: &[u8], huffman: bool) {
 #[test]
 fn the_dynamic_table_matches_a_model_through_wraps_evictions_and_size_updates() {
     let mut r = Rng::new(42);
-    for limit in [100, 256, 4096, 600] {
+    for base in [100, 256, 4096, 600] {
+        let (mut limit, mut most) = (base, base);
         let mut d = Decoder::new(limit);
         let mut m = Model {
             entries: Vec::new(),
@@ -257,6 +269,21 @@ fn the_dynamic_table_matches_a_model_through_wraps_evictions_and_size_updates() 
         for round in 0..1500 {
             let mut block = Vec::new();
             let mut want: Fields = Vec::new();
+            if round % 50 == 49 {
+                // zgix's setting changes (acknowledged): lowered under the
+                // maximum, the next block starts with a size update.
+                limit = 64 + r.below(2 * base);
+                most = most.max(limit);
+                d.set_max_table(limit);
+                if limit < m.max {
+                    m.max = limit;
+                    m.evict();
+                    let max = r.below(limit + 1);
+                    encode::integer(&mut block, 0x20, 5, max);
+                    m.max = max;
+                    m.evict();
+                }
+            }
             for _ in 0..r.below(3) {
                 let max = if r.below(2) == 0 {
                     limit
@@ -313,19 +340,20 @@ fn the_dynamic_table_matches_a_model_through_wraps_evictions_and_size_updates() 
                     m.insert(name, v);
                 }
             }
-            assert_eq!(decode(&mut d, &block), Ok(want), "{limit} round {round}");
-            assert_eq!(d.table_size(), m.size(), "{limit} round {round}");
+            assert_eq!(decode(&mut d, &block), Ok(want), "{base} round {round}");
+            assert_eq!(d.table_size(), m.size(), "{base} round {round}");
             assert_eq!(d.table_len(), m.entries.len());
             for (k, e) in m.entries.iter().enumerate() {
                 assert_eq!(
                     d.table_entry(k).as_ref(),
                     Some(e),
-                    "{limit} round {round} {k}"
+                    "{base} round {round} {k}"
                 );
             }
             // Never more than the ring and 12 bytes per entry slot.
+            let slots = (most / 32).next_power_of_two().max(4);
             assert!(
-                d.heap_bytes() <= limit + 12 * (limit / 32).next_power_of_two(),
+                d.heap_bytes() <= limit + 12 * slots,
                 "{limit}: {}",
                 d.heap_bytes()
             );
