@@ -19,6 +19,8 @@ targets=(
     "parser proxy_protocol"
     "parser canonical_path"
     "config config_load"
+    "h2 hpack_decode"
+    "h2 hpack_round_trip"
 )
 
 for entry in "${targets[@]}"; do
