@@ -411,8 +411,12 @@ impl Reader {
             self.ended = true;
             return Poll::Ready(Ok(()));
         }
-        self.pos = 0;
-        match core.poll_body(id, cx, &mut self.pending) {
+        // `pending` is all read: it is emptied before new bytes come in.
+        let r = core.poll_body(id, cx, &mut self.pending);
+        if r.is_ready() {
+            self.pos = 0;
+        }
+        match r {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Body::Data) => {
                 if self.chunked {
