@@ -491,3 +491,17 @@ fn frames_in_flight_on_many_streams_zgix_reset_are_ignored() {
     c.send(&headers(99, &get("/"), true));
     assert_eq!(c.goaway(), (101, 0x1));
 }
+
+#[test]
+fn a_reset_of_a_stream_that_ended_both_ways_leaves_it_closed_as_it_was() {
+    let mut c = Client::open(Config::default());
+    c.send(&headers(1, &get("/"), true));
+    c.s.send_response(1, 200, std::iter::empty(), true).unwrap();
+    c.out();
+    // The caller lets go of the stream: nothing is sent, and HEADERS on it
+    // again is still STREAM_CLOSED (§5.1), not ignored as after a reset.
+    c.s.reset(1, Code::CANCEL);
+    assert!(c.out().iter().all(|f| f.kind != RST_STREAM));
+    c.send(&headers(1, &get("/again"), true));
+    assert_eq!(c.goaway(), (1, 0x5));
+}

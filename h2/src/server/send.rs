@@ -180,9 +180,10 @@ impl Server {
         }
     }
 
-    /// Resets a stream (RST_STREAM, §6.4); no event follows for it.
+    /// Resets a stream (RST_STREAM, §6.4); no event follows for it. A
+    /// stream not open is left as it closed (its frames keep their answer).
     pub fn reset(&mut self, id: StreamId, code: ErrorCode) {
-        if self.dead.is_some() {
+        if self.dead.is_some() || self.streams.get_ref(id).is_none() {
             return;
         }
         if let Some(s) = self.streams.close(id, Closed::ByServer) {

@@ -1,6 +1,5 @@
 //! The HTTP/1.1 response head zgix's own request loop wrote for a stream, read in one pass straight into the stream's HTTP/2 response: its status, its fields without the hop-by-hop ones (RFC 9113 §8.2.2) as slices of the head's bytes, and how the body that follows is framed (RFC 9112 §6.3). The loop wrote the head from a response its parser already checked, so this reads only the shape the loop writes (`HTTP/1.x SSS reason`, `name: value` lines) and refuses anything else.
 
-use bytes::Bytes;
 use zgix_parser::Method;
 
 /// Fields that are about one HTTP/1.1 connection, never sent on a stream
@@ -30,11 +29,11 @@ pub(super) enum Framing {
     Close,
 }
 
-/// A whole head, read.
+/// A whole head, read: its status and framing; its fields are
+/// [`fields`] of the same bytes.
 pub(super) struct Answer {
     pub status: u16,
     pub framing: Framing,
-    pub response: http::Response<()>,
 }
 
 /// The head is not one the loop writes.
@@ -50,54 +49,62 @@ pub(super) fn head_end(buf: &[u8]) -> Result<Option<usize>, Malformed> {
     }
 }
 
-/// Reads the head `head[..len]` (`len` from [`head_end`]); field values
-/// are slices of `head`.
-pub(super) fn read(head: &Bytes, len: usize, method: Method) -> Result<Answer, Malformed> {
-    let b = &head[..len];
+/// Token characters (RFC 9110 §5.6.2): a field name HTTP/2 can carry.
+fn is_tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
+/// A field value HTTP/2 can carry (RFC 9113 §8.2.1: no NUL, CR, LF; as
+/// RFC 9110 §5.5, no other control but HTAB).
+fn is_value(v: &[u8]) -> bool {
+    v.iter().all(|&c| c == b'\t' || (c >= 0x20 && c != 0x7f))
+}
+
+/// One field line of the head (CRLF already checked by [`read`]): its
+/// name and trimmed value, or `None` for a line without a colon.
+fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let colon = memchr::memchr(b':', line)?;
+    Some((&line[..colon], trim(&line[colon + 1..])))
+}
+
+/// Reads the head `head` (the bytes up to [`head_end`]), lowering its
+/// field names in place (HTTP/2 names are lowercase, RFC 9113 §8.2.1).
+pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed> {
+    let len = head.len();
     // `HTTP/1.x SSS` and the rest of the status line.
-    if b.len() < 12 || &b[..7] != b"HTTP/1." || b[8] != b' ' {
+    if len < 12 || &head[..7] != b"HTTP/1." || head[8] != b' ' {
         return Err(Malformed);
     }
-    let digits = &b[9..12];
+    let digits = &head[9..12];
     if !digits.iter().all(u8::is_ascii_digit) {
         return Err(Malformed);
     }
     let status = digits
         .iter()
         .fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
-    let mut at = memchr::memchr(b'\n', b).ok_or(Malformed)? + 1;
-    let mut r = http::Response::new(());
-    *r.status_mut() = http::StatusCode::from_u16(status).map_err(|_| Malformed)?;
+    if !(100..=999).contains(&status) {
+        return Err(Malformed);
+    }
+    let mut at = memchr::memchr(b'\n', head).ok_or(Malformed)? + 1;
     let (mut length, mut te, mut chunked) = (None, false, false);
-    let map = r.headers_mut();
     while at < len - 2 {
-        let end = at + memchr::memchr(b'\n', &b[at..]).ok_or(Malformed)?;
-        let line = b[at..end].strip_suffix(b"\r").ok_or(Malformed)?;
-        let colon = memchr::memchr(b':', line).ok_or(Malformed)?;
-        let value = trim(&line[colon + 1..]);
-        at = end + 1;
-        // A field `http` cannot carry is dropped, not the answer (as the
-        // codec's types would have it either way).
-        let Ok(name) = http::HeaderName::from_bytes(&line[..colon]) else {
-            continue;
+        let end = at + memchr::memchr(b'\n', &head[at..]).ok_or(Malformed)?;
+        let line = &mut head[at..end];
+        let Some((&mut b'\r', line)) = line.split_last_mut() else {
+            return Err(Malformed);
         };
-        if name == http::header::TRANSFER_ENCODING {
+        let colon = memchr::memchr(b':', line).ok_or(Malformed)?;
+        line[..colon].make_ascii_lowercase();
+        at = end + 1;
+        let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
+        if name == b"transfer-encoding" {
             // The final coding is the last one listed (RFC 9112 §6.3 rule 4).
             te = true;
             let last = value.rsplit(|&c| c == b',').next().map(trim);
             chunked = last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"));
-            continue;
-        }
-        if HOP_BY_HOP.contains(&name.as_str()) {
-            continue;
-        }
-        if name == http::header::CONTENT_LENGTH {
+        } else if name == b"content-length" {
             length = Some(number(value)?);
         }
-        let Ok(value) = http::HeaderValue::from_maybe_shared(head.slice_ref(value)) else {
-            continue;
-        };
-        map.append(name, value);
     }
     let framing = if method == Method::Head || status < 200 || status == 204 || status == 304 {
         Framing::None
@@ -110,11 +117,23 @@ pub(super) fn read(head: &Bytes, len: usize, method: Method) -> Result<Answer, M
     } else {
         length.map_or(Framing::Close, Framing::Length)
     };
-    Ok(Answer {
-        status,
-        framing,
-        response: r,
-    })
+    Ok(Answer { status, framing })
+}
+
+/// The fields of a head [`read`] took, as the stream sends them: without
+/// the hop-by-hop ones (RFC 9113 §8.2.2), and without a field HTTP/2
+/// cannot carry (dropped alone, not the answer).
+pub(super) fn fields(head: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let body = head.strip_suffix(b"\r\n\r\n").unwrap_or(head);
+    body.split(|&c| c == b'\n')
+        .skip(1)
+        .filter_map(|l| split_line(l.strip_suffix(b"\r").unwrap_or(l)))
+        .filter(|(n, v)| {
+            !n.is_empty()
+                && n.iter().all(|&c| is_tchar(c))
+                && is_value(v)
+                && !HOP_BY_HOP.iter().any(|h| h.as_bytes() == *n)
+        })
 }
 
 fn trim(mut v: &[u8]) -> &[u8] {
@@ -138,32 +157,42 @@ fn number(v: &[u8]) -> Result<u64, Malformed> {
 mod tests {
     use super::*;
 
-    fn answer(text: &str, method: Method) -> Result<Answer, Malformed> {
-        let b = Bytes::copy_from_slice(text.as_bytes());
+    fn answer(text: &str, method: Method) -> Result<(Answer, Vec<(String, String)>), Malformed> {
+        let mut b = text.as_bytes().to_vec();
         let len = head_end(&b)?.ok_or(Malformed)?;
         assert_eq!(&b[len - 4..len], b"\r\n\r\n");
-        read(&b, len, method)
+        let a = read(&mut b[..len], method)?;
+        let f = fields(&b[..len])
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
+            .collect();
+        Ok((a, f))
     }
 
     #[test]
     fn a_head_becomes_status_fields_without_hop_by_hop_and_its_framing() {
-        let a = answer(
+        let (a, h) = answer(
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\
              X-A:  v w \r\nx-a: 2\r\nKeep-Alive: t=1\r\n\r\nhello",
             Method::Get,
         )
         .unwrap();
         assert_eq!((a.status, a.framing), (200, Framing::Length(5)));
-        let h = a.response.headers();
-        assert_eq!(h.len(), 3);
-        assert_eq!(h["content-length"], "5");
-        let xa: Vec<_> = h.get_all("x-a").iter().collect();
-        assert_eq!(xa, ["v w", "2"]);
+        let want = [("content-length", "5"), ("x-a", "v w"), ("x-a", "2")];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(h, want);
     }
 
     #[test]
     fn framing_follows_rfc_9112_section_6_3() {
-        let f = |t: &str, m| answer(t, m).unwrap().framing;
+        let f = |t: &str, m| answer(t, m).unwrap().0.framing;
         let te = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n";
         assert_eq!(f(te, Method::Get), Framing::Chunked);
         let te = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
@@ -176,18 +205,17 @@ mod tests {
             assert_eq!(f(&t, Method::Get), Framing::None, "{s}");
         }
         // Transfer-Encoding is never forwarded on a stream.
-        let a = answer(te, Method::Get).unwrap();
-        assert!(a.response.headers().is_empty());
+        assert!(answer(te, Method::Get).unwrap().1.is_empty());
     }
 
     #[test]
-    fn a_field_http_cannot_carry_is_dropped_alone() {
-        let a = answer(
+    fn a_field_http2_cannot_carry_is_dropped_alone() {
+        let (_, h) = answer(
             "HTTP/1.1 200 OK\r\nbad name: v\r\nx-ok: 1\r\nx-bad: a\x7fb\r\n\r\n",
             Method::Get,
         )
         .unwrap();
-        let names: Vec<_> = a.response.headers().keys().map(|n| n.as_str()).collect();
+        let names: Vec<_> = h.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["x-ok"]);
     }
 

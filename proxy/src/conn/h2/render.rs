@@ -113,53 +113,94 @@ fn field_line<O: HeadOut>(out: &mut O, name: &[u8], value: &[u8]) {
     out.field(span(n0, n1), span(v0, v1));
 }
 
+/// A request's head as the codec decoded it (RFC 9113 §8.3.1), or as a
+/// test writes it: `fields` iterated once for the lines, once for cookies.
+#[derive(Copy, Clone)]
+pub(super) struct Req<'a, F> {
+    pub method: &'a [u8],
+    pub authority: Option<&'a [u8]>,
+    pub path: Option<&'a [u8]>,
+    pub fields: F,
+}
+
+impl<'a> Req<'a, zgix_h2::server::Fields<'a>> {
+    pub(super) fn of(h: &zgix_h2::server::RequestHead<'a>) -> Self {
+        Req {
+            method: h.method,
+            authority: h.authority,
+            path: h.path,
+            fields: h.fields,
+        }
+    }
+}
+
+/// Bytes a request target or authority may hold on an HTTP/1.1 request
+/// line: visible ASCII (RFC 9112 §3.2; anything else is malformed, §8.1.1).
+fn visible(b: &[u8]) -> bool {
+    b.iter().all(|&c| c > 0x20 && c < 0x7f)
+}
+
+fn token(b: &[u8]) -> bool {
+    !b.is_empty()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
+}
+
 /// Renders the request head as HTTP/1.1 into `out` (RFC 9113 §8.3.1:
 /// `:authority` becomes Host; §8.2.2: a connection-specific field is
 /// refused; §8.2.3: cookie fields are joined).
-pub(super) fn render_request<O: HeadOut>(
-    parts: &http::request::Parts,
+pub(super) fn render_request<'a, F, O>(
+    req: &Req<'a, F>,
     has_body: bool,
     out: &mut O,
-) -> Result<Rendered, Unfit> {
-    let path = match parts.uri.path_and_query() {
-        Some(p) => p.as_str(),
-        None if parts.method == http::Method::OPTIONS => "*",
-        None => return Err(Unfit),
+) -> Result<Rendered, Unfit>
+where
+    F: Copy + IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    O: HeadOut,
+{
+    let m = req.method;
+    let path = match req.path {
+        Some(p) if !p.is_empty() => p,
+        None if m == b"OPTIONS" => b"*",
+        // CONNECT (§8.5) has no path: HTTP/1.1 here carries no tunnel.
+        _ => return Err(Unfit),
     };
-    let m = parts.method.as_str().as_bytes();
+    if !token(m) || !visible(path) || !req.authority.is_none_or(visible) {
+        return Err(Unfit);
+    }
     out.put(m);
     out.put(b" ");
     let t0 = out.at();
-    out.put(path.as_bytes());
+    out.put(path);
     let t1 = out.at();
     out.put(b" HTTP/1.1\r\n");
-    let authority = parts.uri.authority();
+    let authority = req.authority.filter(|a| !a.is_empty());
     if let Some(a) = authority {
-        field_line(out, b"host", a.as_str().as_bytes());
+        field_line(out, b"host", a);
     }
     let mut length = false;
     let mut cookies = 0;
-    for (name, value) in parts.headers.iter() {
-        let n = name.as_str();
-        if HOP_BY_HOP.contains(&n) && !(n == "te" && value.as_bytes() == b"trailers") {
+    for (n, value) in req.fields {
+        let hop = HOP_BY_HOP.iter().any(|h| h.as_bytes() == n);
+        if hop && !(n == b"te" && value == b"trailers") {
             return Err(Unfit);
         }
-        if n == "host" && authority.is_some() {
+        if n == b"host" && authority.is_some() {
             // :authority wins (RFC 9113 §8.3.1); a differing Host is dropped.
             continue;
         }
-        if n == "cookie" {
+        if n == b"cookie" {
             // Split cookie fields are one line in HTTP/1.1 (RFC 9113 §8.2.3).
             cookies += 1;
             continue;
         }
-        if n == "content-length" {
+        if n == b"content-length" {
             length = true;
         }
-        if n == "te" {
+        if n == b"te" {
             continue;
         }
-        field_line(out, n.as_bytes(), value.as_bytes());
+        field_line(out, n, value);
     }
     if cookies > 0 {
         let n0 = out.at();
@@ -167,11 +208,16 @@ pub(super) fn render_request<O: HeadOut>(
         let n1 = out.at();
         out.put(b": ");
         let v0 = out.at();
-        for (i, v) in parts.headers.get_all("cookie").iter().enumerate() {
+        let mut i = 0;
+        for (n, v) in req.fields {
+            if n != b"cookie" {
+                continue;
+            }
             if i > 0 {
                 out.put(b"; ");
             }
-            out.put(v.as_bytes());
+            i += 1;
+            out.put(v);
         }
         let v1 = out.at();
         out.put(b"\r\n");
@@ -194,15 +240,18 @@ pub(super) fn render_request<O: HeadOut>(
 /// [`zgix_parser::RequestParser::assemble`]: whether the body goes
 /// chunked, or `None` when it did not fit the buffer or `slots` field
 /// lines (then it goes as text).
-pub(super) fn render_in_place(
-    parts: &http::request::Parts,
+pub(super) fn render_in_place<'a, F>(
+    req: &Req<'a, F>,
     has_body: bool,
     buf: &mut [u8],
     head: &mut RequestHead,
     slots: usize,
-) -> Result<Option<bool>, Unfit> {
+) -> Result<Option<bool>, Unfit>
+where
+    F: Copy + IntoIterator<Item = (&'a [u8], &'a [u8])>,
+{
     let mut out = InPlace::new(buf, &mut head.headers, slots);
-    let r = render_request(parts, has_body, &mut out)?;
+    let r = render_request(req, has_body, &mut out)?;
     if out.over {
         return Ok(None);
     }
@@ -216,25 +265,95 @@ pub(super) fn render_in_place(
 mod tests {
     use super::*;
 
-    fn parts(b: http::request::Builder) -> http::request::Parts {
-        b.body(()).unwrap().into_parts().0
+    /// A request as a test writes it: a method, a URI (its authority and
+    /// path become the pseudo-headers) and fields.
+    #[derive(Clone)]
+    struct B {
+        method: String,
+        uri: String,
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
+    }
+
+    struct Builder;
+
+    impl Builder {
+        fn builder() -> B {
+            B {
+                method: "GET".into(),
+                uri: "/".into(),
+                fields: Vec::new(),
+            }
+        }
+    }
+
+    impl B {
+        fn method(mut self, m: &str) -> B {
+            self.method = m.into();
+            self
+        }
+        fn uri(mut self, u: &str) -> B {
+            self.uri = u.into();
+            self
+        }
+        fn header(mut self, n: impl AsRef<str>, v: &str) -> B {
+            self.fields
+                .push((n.as_ref().as_bytes().to_vec(), v.as_bytes().to_vec()));
+            self
+        }
+    }
+
+    /// The fields of a [`B`] as the renderer iterates them.
+    #[derive(Copy, Clone)]
+    struct L<'a>(&'a [(&'a [u8], &'a [u8])]);
+
+    impl<'a> IntoIterator for L<'a> {
+        type Item = (&'a [u8], &'a [u8]);
+        type IntoIter = std::iter::Copied<std::slice::Iter<'a, (&'a [u8], &'a [u8])>>;
+        fn into_iter(self) -> Self::IntoIter {
+            self.0.iter().copied()
+        }
+    }
+
+    /// `f` with the request as the codec would hand it over.
+    fn with<R>(b: &B, f: impl FnOnce(&Req<'_, L<'_>>) -> R) -> R {
+        let (authority, path) = match b.uri.split_once("://") {
+            Some((_, rest)) => match rest.find('/') {
+                Some(at) => (Some(&rest[..at]), Some(&rest[at..])),
+                None => (Some(rest), None),
+            },
+            None => (None, Some(b.uri.as_str())),
+        };
+        let pairs: Vec<(&[u8], &[u8])> = b
+            .fields
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .collect();
+        let r = Req {
+            method: b.method.as_bytes(),
+            authority: authority.map(str::as_bytes),
+            path: path.map(str::as_bytes),
+            fields: L(&pairs),
+        };
+        f(&r)
+    }
+
+    fn render(b: &B, has_body: bool, out: &mut Vec<u8>) -> Result<Rendered, Unfit> {
+        with(b, |r| render_request(r, has_body, out))
     }
 
     #[test]
     fn a_request_becomes_an_http11_head_with_host_one_cookie_and_chunked_framing() {
-        let p = parts(
-            http::Request::builder()
-                .method("POST")
-                .uri("https://site.example:8443/a?b=c")
-                .header("host", "other.example")
-                .header("cookie", "a=1")
-                .header("cookie", "b=2")
-                .header("te", "trailers")
-                .header("x-k", "v"),
-        );
+        let p = Builder::builder()
+            .method("POST")
+            .uri("https://site.example:8443/a?b=c")
+            .header("host", "other.example")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .header("te", "trailers")
+            .header("x-k", "v");
         let mut out = Vec::new();
         assert!(
-            render_request(&p, true, &mut out).unwrap().chunked,
+            render(&p, true, &mut out).unwrap().chunked,
             "no length: chunked"
         );
         assert_eq!(
@@ -242,24 +361,18 @@ mod tests {
             "POST /a?b=c HTTP/1.1\r\nhost: site.example:8443\r\nx-k: v\r\n\
              cookie: a=1; b=2\r\ntransfer-encoding: chunked\r\n\r\n"
         );
-        let p = parts(
-            http::Request::builder()
-                .uri("http://h/")
-                .header("content-length", "3"),
-        );
+        let p = Builder::builder()
+            .uri("http://h/")
+            .header("content-length", "3");
         let mut out = Vec::new();
         assert!(
-            !render_request(&p, true, &mut out).unwrap().chunked,
+            !render(&p, true, &mut out).unwrap().chunked,
             "a length stays"
         );
-        let p = parts(
-            http::Request::builder()
-                .uri("/")
-                .header("connection", "close"),
-        );
-        assert!(render_request(&p, false, &mut Vec::<u8>::new()).is_err());
-        let p = parts(http::Request::builder().uri("/").header("te", "gzip"));
-        assert!(render_request(&p, false, &mut Vec::<u8>::new()).is_err());
+        let p = Builder::builder().uri("/").header("connection", "close");
+        assert!(render(&p, false, &mut Vec::new()).is_err());
+        let p = Builder::builder().uri("/").header("te", "gzip");
+        assert!(render(&p, false, &mut Vec::new()).is_err());
     }
 
     fn limits() -> zgix_parser::Limits {
@@ -276,7 +389,7 @@ mod tests {
     /// left it to the parser), and parsed from the text rendering.
     #[allow(clippy::type_complexity)]
     fn both(
-        p: &http::request::Parts,
+        p: &B,
         has_body: bool,
         room: usize,
     ) -> (
@@ -285,7 +398,7 @@ mod tests {
     ) {
         let parser = zgix_parser::RequestParser::new(limits());
         let mut text = Vec::new();
-        let chunked = render_request(p, has_body, &mut text).unwrap().chunked;
+        let chunked = render(p, has_body, &mut text).unwrap().chunked;
         let mut parsed = RequestHead::new(&limits());
         let want = match parser.parse(&text, &mut parsed) {
             Ok(zgix_parser::Status::Complete(())) => Ok(parsed),
@@ -295,7 +408,10 @@ mod tests {
         let mut buf = vec![0u8; room];
         let mut head = RequestHead::new(&limits());
         let slots = limits().header_slots();
-        let got = match render_in_place(p, has_body, &mut buf, &mut head, slots).unwrap() {
+        let placed = with(p, |r| {
+            render_in_place(r, has_body, &mut buf, &mut head, slots)
+        });
+        let got = match placed.unwrap() {
             None => None,
             Some(c) => {
                 assert_eq!(c, chunked, "the same framing");
@@ -314,14 +430,14 @@ mod tests {
     /// refusal.
     #[test]
     fn a_streams_head_is_assembled_in_place_as_the_parser_reads_its_text() {
-        let get = |uri: &str| http::Request::builder().uri(uri);
+        let get = |uri: &str| Builder::builder().uri(uri);
         let cases = [
             (
                 get("http://a.example/x/../y?q=1").header("user-agent", "h2load"),
                 false,
             ),
             (
-                http::Request::builder()
+                Builder::builder()
                     .method("POST")
                     .uri("https://a.example:8443/up")
                     .header("cookie", "a=1")
@@ -331,14 +447,14 @@ mod tests {
                 true,
             ),
             (
-                http::Request::builder()
+                Builder::builder()
                     .method("PUT")
                     .uri("http://a.example/up")
                     .header("content-length", "5"),
                 true,
             ),
             (
-                http::Request::builder()
+                Builder::builder()
                     .method("POST")
                     .uri("http://a.example/up")
                     .header("content-length", "5000000"),
@@ -353,15 +469,13 @@ mod tests {
             (get("http://a.example/%2e%2e/secret"), false),
             (get("http://a.example:99999/"), false),
             (
-                http::Request::builder()
-                    .method("OPTIONS")
-                    .uri("http://a.example"),
+                Builder::builder().method("OPTIONS").uri("http://a.example"),
                 false,
             ),
             (get("http://a.example/").header("x-v", "caf\u{e9}"), false),
         ];
         for (b, has_body) in cases {
-            let p = parts(b);
+            let p = b;
             let (got, want) = both(&p, has_body, 4096);
             let got = got.unwrap_or_else(|| panic!("{:?} went to the parser", p.uri));
             assert_eq!(got, want, "{:?}", p.uri);
@@ -373,25 +487,18 @@ mod tests {
     /// parses it, as before.
     #[test]
     fn what_the_assembler_cannot_vouch_for_is_parsed_as_text() {
-        let p = parts(
-            http::Request::builder()
-                .uri("http://a.example/")
-                .header("x-a", "1"),
-        );
+        let p = Builder::builder()
+            .uri("http://a.example/")
+            .header("x-a", "1");
         assert!(both(&p, false, 32).0.is_none(), "the buffer is too small");
-        let mut b = http::Request::builder().uri("http://a.example/");
+        let mut b = Builder::builder().uri("http://a.example/");
         for i in 0..20 {
             b = b.header(format!("x-{i}"), "v");
         }
-        assert!(
-            both(&parts(b), false, 4096).0.is_none(),
-            "more fields than slots"
-        );
-        let p = parts(
-            http::Request::builder()
-                .uri("http://a.example/")
-                .header("x-a", " lead"),
-        );
+        assert!(both(&b, false, 4096).0.is_none(), "more fields than slots");
+        let p = Builder::builder()
+            .uri("http://a.example/")
+            .header("x-a", " lead");
         assert!(both(&p, false, 4096).0.is_none(), "a value parse trims");
     }
 }

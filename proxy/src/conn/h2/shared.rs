@@ -1,0 +1,256 @@
+//! What one HTTP/2 connection's streams share with it: the codec (`zgix_h2::server::Server`, RFC 9113) and a slot per stream being served — the request body bytes received and not yet read (bounded by the stream's window, §6.9: they are released only as the request loop reads them), whether the request ended or the stream was reset (§5.1), and the wakers of the stream's waits (body bytes, send window, reset, the write backlog).
+
+use std::cell::{Cell, RefCell};
+use std::task::{Context, Poll, Waker};
+
+use zgix_h2::server::{Server, StreamId};
+
+/// Frames queued in the codec beyond which streams stop sending (and the
+/// connection stops reading) until they are written: the codec bounds
+/// only its own answers, not responses.
+pub(super) const BACKLOG: usize = 64 * 1024;
+
+/// The largest DATA piece handed to the codec at once, so that the
+/// backlog is checked between pieces.
+pub(super) const PIECE: usize = 16 * 1024;
+
+/// One stream being served.
+struct Slot {
+    id: StreamId,
+    /// Request body bytes received, not yet read by the request loop.
+    data: Vec<u8>,
+    /// The request ended (END_STREAM or trailers).
+    ended: bool,
+    /// The client reset the stream, or the codec did for its error.
+    reset: bool,
+    /// The answer is complete: a reset after it ends nothing.
+    answered: bool,
+    reader: Option<Waker>,
+    writer: Option<Waker>,
+    on_reset: Option<Waker>,
+}
+
+/// What a stream's read of its body found.
+pub(super) enum Body {
+    /// Bytes (moved into the caller's buffer), released to the codec.
+    Data,
+    /// The request ended.
+    End,
+    /// The stream is gone (reset, or the connection is over).
+    Gone,
+}
+
+fn set(w: &mut Option<Waker>, cx: &Context<'_>) {
+    match w {
+        Some(old) if old.will_wake(cx.waker()) => {}
+        _ => *w = Some(cx.waker().clone()),
+    }
+}
+
+fn wake(w: &mut Option<Waker>) {
+    if let Some(w) = w.take() {
+        w.wake();
+    }
+}
+
+/// The codec and the streams' slots (see the module docs).
+pub(super) struct Core {
+    pub server: RefCell<Server>,
+    slots: RefCell<Vec<Slot>>,
+    /// Streams waiting for the backlog to be written.
+    drained: RefCell<Vec<Waker>>,
+    /// The connection is over: every wait ends.
+    pub over: Cell<bool>,
+}
+
+impl Core {
+    pub fn new(server: Server) -> Core {
+        Core {
+            server: RefCell::new(server),
+            slots: RefCell::new(Vec::new()),
+            drained: RefCell::new(Vec::new()),
+            over: Cell::new(false),
+        }
+    }
+
+    fn with<R>(&self, id: StreamId, f: impl FnOnce(&mut Slot) -> R) -> Option<R> {
+        let mut s = self.slots.borrow_mut();
+        s.iter_mut().find(|s| s.id == id).map(f)
+    }
+
+    /// A new stream's slot; `ended`: the request has no body.
+    pub fn open(&self, id: StreamId, ended: bool) {
+        self.slots.borrow_mut().push(Slot {
+            id,
+            data: Vec::new(),
+            ended,
+            reset: false,
+            answered: false,
+            reader: None,
+            writer: None,
+            on_reset: None,
+        });
+    }
+
+    /// The stream is done with; an idle connection keeps no slots.
+    pub fn close(&self, id: StreamId) {
+        let mut s = self.slots.borrow_mut();
+        if let Some(at) = s.iter().position(|s| s.id == id) {
+            let slot = s.swap_remove(at);
+            super::stream::put_request_buffer(slot.data);
+        }
+        if s.is_empty() {
+            *s = Vec::new();
+        }
+    }
+
+    /// Body bytes for stream `id`; `false`: no stream takes them (the
+    /// caller releases them to the codec at once).
+    pub fn data(&self, id: StreamId, data: &[u8], end: bool) -> bool {
+        self.with(id, |s| {
+            if s.data.capacity() == 0 {
+                s.data = super::stream::take_request_buffer();
+            }
+            s.data.extend_from_slice(data);
+            s.ended |= end;
+            wake(&mut s.reader);
+        })
+        .is_some()
+    }
+
+    /// The request ended (trailers, which are dropped).
+    pub fn ended(&self, id: StreamId) {
+        self.with(id, |s| {
+            s.ended = true;
+            wake(&mut s.reader);
+        });
+    }
+
+    /// The stream was reset: every wait on it ends.
+    pub fn reset(&self, id: StreamId) {
+        self.with(id, |s| {
+            s.reset = true;
+            wake(&mut s.reader);
+            wake(&mut s.writer);
+            wake(&mut s.on_reset);
+        });
+    }
+
+    /// A send window opened: the stream's, or every stream's (`None`).
+    pub fn window_open(&self, id: Option<StreamId>) {
+        let mut slots = self.slots.borrow_mut();
+        for s in slots.iter_mut() {
+            if id.is_none_or(|id| id == s.id) {
+                wake(&mut s.writer);
+            }
+        }
+    }
+
+    /// The connection is over: every stream's waits end.
+    pub fn end(&self) {
+        self.over.set(true);
+        for s in self.slots.borrow_mut().iter_mut() {
+            s.reset = true;
+            wake(&mut s.reader);
+            wake(&mut s.writer);
+            wake(&mut s.on_reset);
+        }
+        self.written();
+    }
+
+    /// The answer is complete.
+    pub fn answered(&self, id: StreamId) {
+        self.with(id, |s| s.answered = true);
+    }
+
+    /// Whether the whole request came.
+    pub fn request_ended(&self, id: StreamId) -> bool {
+        self.with(id, |s| s.ended).unwrap_or(true)
+    }
+
+    /// Moves the stream's body bytes into `into` (emptied first, its
+    /// capacity traded), releasing them to the codec so the client may
+    /// send more (RFC 9113 §6.9); or waits for them.
+    pub fn poll_body(&self, id: StreamId, cx: &Context<'_>, into: &mut Vec<u8>) -> Poll<Body> {
+        let r = self.with(id, |s| {
+            if !s.data.is_empty() {
+                into.clear();
+                std::mem::swap(into, &mut s.data);
+                return Poll::Ready(Body::Data);
+            }
+            if s.ended {
+                return Poll::Ready(Body::End);
+            }
+            if s.reset {
+                return Poll::Ready(Body::Gone);
+            }
+            set(&mut s.reader, cx);
+            Poll::Pending
+        });
+        let r = r.unwrap_or(Poll::Ready(Body::Gone));
+        if let Poll::Ready(Body::Data) = r {
+            if !self.over.get() {
+                self.server.borrow_mut().release(id, into.len());
+            }
+        }
+        r
+    }
+
+    /// Ready once the stream may send DATA (`true`), or is gone (`false`).
+    pub fn poll_window(&self, id: StreamId, cx: &Context<'_>) -> Poll<bool> {
+        if self.over.get() {
+            return Poll::Ready(false);
+        }
+        if self.server.borrow().send_window(id) > 0 {
+            return Poll::Ready(true);
+        }
+        self.with(id, |s| {
+            if s.reset {
+                return Poll::Ready(false);
+            }
+            set(&mut s.writer, cx);
+            Poll::Pending
+        })
+        .unwrap_or(Poll::Ready(false))
+    }
+
+    /// Ready when the client reset the stream before its answer was done.
+    pub fn poll_reset(&self, id: StreamId, cx: &Context<'_>) -> Poll<()> {
+        self.with(id, |s| {
+            if s.answered {
+                return Poll::Pending;
+            }
+            if s.reset {
+                return Poll::Ready(());
+            }
+            set(&mut s.on_reset, cx);
+            Poll::Pending
+        })
+        .unwrap_or(Poll::Pending)
+    }
+
+    /// Whether more may be queued now (the backlog is under [`BACKLOG`]).
+    pub fn room(&self) -> bool {
+        self.over.get() || self.server.borrow().pending().len() < BACKLOG
+    }
+
+    /// Ready once the backlog is under [`BACKLOG`].
+    pub fn poll_room(&self, cx: &Context<'_>) -> Poll<()> {
+        if self.room() {
+            return Poll::Ready(());
+        }
+        let mut d = self.drained.borrow_mut();
+        if !d.iter().any(|w| w.will_wake(cx.waker())) {
+            d.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// The backlog was taken for writing: the streams waiting on it go on.
+    pub fn written(&self) {
+        let d = std::mem::take(&mut *self.drained.borrow_mut());
+        for w in d {
+            w.wake();
+        }
+    }
+}
