@@ -390,6 +390,9 @@ impl Parent<'_> {
         frames::count_stats(self.counters(), &mut lp.stats, core.server.borrow().stats());
         for t in todo.drain(..) {
             match t {
+                // Opened and reset in one read (rapid reset, CVE-2023-44487):
+                // no request loop runs for it; its exchange goes back now.
+                Todo::New(id, Ok(_)) if core.is_reset(id) => core.close(id),
                 Todo::New(id, Ok(n)) => self.accepted(lp, core, id, n),
                 Todo::New(id, Err(render::Unfit)) => {
                     core.close(id);

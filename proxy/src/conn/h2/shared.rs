@@ -127,6 +127,11 @@ impl Core {
     }
 
     /// The stream was reset: every wait on it ends.
+    /// The stream was reset (by the client, or by the codec for its error).
+    pub fn is_reset(&self, id: StreamId) -> bool {
+        self.with(id, |s| s.reset).unwrap_or(true)
+    }
+
     pub fn reset(&self, id: StreamId) {
         self.with(id, |s| {
             s.reset = true;
