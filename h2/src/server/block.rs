@@ -1,6 +1,6 @@
 //! Header blocks (RFC 9113 §4.3, §6.2, §6.10): HEADERS with its padding and priority removed, CONTINUATION frames joined in a buffer held only while the block is open and bounded by max_header_list (CVE-2024-27316), the block decoded by HPACK (always to its end, so the dynamic table stays in step), and what it opens: a new stream, trailers, or a refusal.
 
-use super::request::Collect;
+use super::request::{Collect, Collected};
 use super::streams::{Closed, Past, Stream, RECV_CLOSED, SEND_CLOSED};
 use super::{ConnError, Event, Reason, Server, Shutdown};
 use crate::frame::{self, be32, ErrorCode, Head, StreamId, END_HEADERS, END_STREAM, PADDED};
@@ -167,6 +167,21 @@ impl Server {
         self.request(id, es, self_dep, block, on)
     }
 
+    /// Decodes one header block into the scratch buffer (request fields,
+    /// or trailers): the decoder's result, whether a field was malformed,
+    /// and where the fields are.
+    fn collect(
+        &mut self,
+        block: &[u8],
+        trailers: bool,
+    ) -> (Result<bool, DecodeError>, bool, Collected) {
+        let max = self.cfg.max_header_list as usize;
+        let mut c = Collect::new(&mut self.scratch, trailers);
+        let r = self.decoder.decode(block, max, |n, v| c.field(n, v));
+        let malformed = c.malformed;
+        (r, malformed, c.finish())
+    }
+
     /// A new stream's request.
     fn request(
         &mut self,
@@ -176,11 +191,7 @@ impl Server {
         block: &[u8],
         on: &mut impl FnMut(Event<'_>),
     ) -> Res {
-        let max = self.cfg.max_header_list as usize;
-        let mut c = Collect::new(&mut self.scratch, false);
-        let r = self.decoder.decode(block, max, |n, v| c.field(n, v));
-        let malformed = c.malformed;
-        let done = c.finish();
+        let (r, malformed, done) = self.collect(block, false);
         match r {
             Err(DecodeError::Compression) => return self.hpack_error(),
             Err(DecodeError::ListTooLarge) => return self.too_large(id, es),
@@ -260,11 +271,7 @@ impl Server {
         block: &[u8],
         on: &mut impl FnMut(Event<'_>),
     ) -> Res {
-        let max = self.cfg.max_header_list as usize;
-        let mut c = Collect::new(&mut self.scratch, true);
-        let r = self.decoder.decode(block, max, |n, v| c.field(n, v));
-        let malformed = c.malformed;
-        let done = c.finish();
+        let (r, malformed, done) = self.collect(block, true);
         match r {
             Err(DecodeError::Compression) => return self.hpack_error(),
             Err(DecodeError::ListTooLarge) => {
