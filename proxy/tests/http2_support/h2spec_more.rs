@@ -142,7 +142,7 @@ pub(crate) fn frames(k: &Kit) -> Vec<Case> {
                 f(GOAWAY, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0xff]),
                 k.ping.clone(),
             ],
-            Want::PingAck,
+            Want::PingAckOrClose,
         ),
         (
             "7/2 RST_STREAM with an unknown error code",
