@@ -1,4 +1,4 @@
-//! HTTP/2 from clients end to end with real clients (curl, h2load) on loopback: ALPN h2 on a TLS listener and prior knowledge on a plain one, bodies both ways (length, chunked, close-delimited answers), several streams per connection, one rate token and one WAF scan per stream, one access-log line per stream with protocol HTTP/2.0, the connection limit counting connections, a reload that moves an open connection's new streams to the new configuration, and a drain that sends GOAWAY and finishes the streams in flight.
+//! HTTP/2 from clients end to end with real clients (curl, h2load, headless chromium) on loopback: ALPN h2 on a TLS listener and prior knowledge on a plain one, bodies both ways (length, chunked, close-delimited answers), several streams per connection, one rate token and one WAF scan per stream, one access-log line per stream with protocol HTTP/2.0, the connection limit counting connections, a reload that moves an open connection's new streams to the new configuration, and a drain that sends GOAWAY and finishes the streams in flight.
 
 mod http2_support;
 mod lifecycle_support;
@@ -7,7 +7,7 @@ mod support;
 use std::process::Command;
 
 use http2_support::*;
-use support::{metrics_text, pattern, series, Origin, Zgix};
+use support::{chromium_dom, metrics_text, pattern, series, Origin, Zgix};
 
 fn log_path(tag: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir().join(format!("zgix-h2-{tag}-{}.log", std::process::id()));
@@ -127,6 +127,58 @@ fn curl_speaks_h2_by_alpn_and_by_prior_knowledge_and_each_stream_is_one_log_line
         5.0,
         "{m}"
     );
+    let _ = std::fs::remove_file(&log);
+}
+
+/// A browser: headless chromium loads a page over TLS, takes h2 by ALPN
+/// (the page's script reads the protocol from Navigation and Resource
+/// Timing), and the page, its script and its images are streams on one
+/// connection, each its own access-log line.
+#[test]
+fn chromium_loads_a_page_and_its_resources_over_h2() {
+    let o = Origin::start();
+    let cert = Cert::new("chromium");
+    let log = log_path("chromium");
+    let z = Zgix::start_json(&config(o.addr(), &cert.tls(""), "", "", Some(&log)));
+    let port = z.listeners[0].port();
+    let dom = chromium_dom(
+        &format!("https://site.example:{port}/page"),
+        &[
+            "--ignore-certificate-errors",
+            "--host-resolver-rules=MAP site.example 127.0.0.1",
+        ],
+    );
+    assert!(dom.contains("page h2 script h2"), "{dom}");
+    assert_eq!(dom.matches("<img src=").count(), 2, "{dom}");
+    let lines = wait_lines(&log, 4);
+    for path in ["/page", "/page.js", "/cl/100", "/cl/200"] {
+        let want = format!("\"GET {path} HTTP/2.0\" 200 ");
+        assert!(
+            lines.iter().any(|l| l.contains(&want)),
+            "{want}: {lines:#?}"
+        );
+    }
+    assert!(
+        lines.iter().all(|l| l.contains(" HTTP/2.0\" ")),
+        "{lines:#?}"
+    );
+    let m = metrics_text(&z);
+    let conns = series(&m, "zgix_h2_connections_total{listener=\"tls\"}");
+    let streams = series(&m, "zgix_h2_streams_total{listener=\"tls\"}");
+    assert!(
+        streams >= 4.0 && streams > conns,
+        "{conns} {streams} {lines:#?}"
+    );
+    // The page's streams came over one connection (one client port);
+    // chromium may open a spare connection it does not use.
+    let peer = |l: &String| l.split(' ').nth(2).map(str::to_string);
+    let page = ["/page ", "/page.js ", "/cl/100 ", "/cl/200 "];
+    let peers: std::collections::HashSet<_> = lines
+        .iter()
+        .filter(|l| page.iter().any(|p| l.contains(p)))
+        .map(peer)
+        .collect();
+    assert_eq!(peers.len(), 1, "{lines:#?}");
     let _ = std::fs::remove_file(&log);
 }
 

@@ -118,10 +118,12 @@ pub fn is_imf_fixdate(d: &str) -> bool {
 // Origin
 // ---------------------------------------------------------------------------
 
+mod browser;
 mod client;
 mod origin;
 mod zgix;
 
+pub use browser::*;
 pub use client::*;
 pub use origin::*;
 pub use zgix::*;

@@ -345,6 +345,17 @@ fn simple(name: &str, code: u16, reason: &str, body: &[u8], is_head: bool) -> Ve
     out
 }
 
+/// `/page`: an HTML page for a browser, with a script and two images it
+/// fetches from the same origin (so one connection carries several streams).
+pub const PAGE_HTML: &[u8] = b"<!doctype html><html><head><title>zgix</title></head><body>\
+<p id=\"proto\">not run</p><script src=\"/page.js\"></script>\
+<img src=\"/cl/100\"><img src=\"/cl/200\"></body></html>";
+/// `/page.js`: writes the protocol the browser fetched the page and the
+/// script over (Navigation and Resource Timing's `nextHopProtocol`).
+pub const PAGE_JS: &[u8] = b"var nav = performance.getEntriesByType('navigation')[0];\n\
+var js = performance.getEntriesByType('resource').filter(function (e) { return e.name.endsWith('/page.js'); })[0];\n\
+document.getElementById('proto').textContent = 'page ' + nav.nextHopProtocol + ' script ' + (js ? js.nextHopProtocol : 'none');\n";
+
 /// Writes the answer for `path`; `Ok(false)` means the connection must close.
 fn respond(
     w: &mut TcpStream,
@@ -426,6 +437,22 @@ fn respond(
                 thread::sleep(Duration::from_millis(20));
             }
             Ok(false)
+        }
+        "/page" | "/page.js" => {
+            let (kind, body) = if path == "/page" {
+                ("text/html", PAGE_HTML)
+            } else {
+                ("text/javascript", PAGE_JS)
+            };
+            write!(
+                w,
+                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nx-origin: {name}\r\n\r\n",
+                body.len()
+            )?;
+            if !is_head {
+                w.write_all(body)?;
+            }
+            Ok(true)
         }
         "/echo" => {
             w.write_all(&simple(name, 200, "OK", decoded, is_head))?;
