@@ -1,4 +1,4 @@
-//! The known HTTP/2 attacks against zgix, each with hand-written frames on a prior-knowledge listener, each refused as RFC 9113 says at a bounded cost and counted in `zgix_h2_refused_total`: invalid preface, too many concurrent streams, rapid reset (CVE-2023-44487), CONTINUATION flood (CVE-2024-27316), a header list over `max_header_list_bytes`, an HPACK bomb, SETTINGS and PING floods, stream-ID reuse and regression, DATA on a closed stream, pseudo-header errors, forbidden field names (a stream error each), an undecodable header block, and a zero-window stall.
+//! The known HTTP/2 attacks against zgix, each with hand-written frames on a prior-knowledge listener, each refused as RFC 9113 says at a bounded cost and counted in `zgix_h2_refused_total`: invalid preface, too many concurrent streams, rapid reset (CVE-2023-44487), CONTINUATION flood (CVE-2024-27316), a header list over `max_header_list_bytes`, an HPACK bomb, SETTINGS and PING floods, stream-ID reuse and regression, DATA on a closed stream, pseudo-header errors, forbidden field names (a stream error each), an undecodable header block, a zero-window stall, and a preface dribbled a byte at a time.
 
 mod http2_support;
 mod support;
@@ -390,4 +390,47 @@ fn a_zero_window_stall_holds_the_stream_only_for_the_idle_timeout() {
     let end = c.answer_end(1).expect("the stream ends");
     assert_eq!((end.kind, end.code()), (RST_STREAM, 2), "INTERNAL_ERROR");
     assert!(t.elapsed() < WAIT, "ended by the idle timeout");
+}
+
+#[test]
+fn a_preface_dribbled_a_byte_at_a_time_is_cut_at_the_header_timeout() {
+    use std::io::{Read, Write};
+    let o = Origin::start();
+    let z = Zgix::start_json(&h2c_config(
+        o.addr(),
+        LIMITS,
+        r#", "limits": {"client_header_timeout_ms": 1000}"#,
+    ));
+    // The preface and an empty SETTINGS, a byte every 200 ms or so: each
+    // byte comes well within the timeout, the whole would take 6.6 s.
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&Raw::frame_bytes(SETTINGS, 0, 0, &[]));
+    let mut s = std::net::TcpStream::connect(z.addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let mut sent = 0;
+    let mut buf = [0u8; 256];
+    let cut = 'dribble: {
+        for b in &hello {
+            if s.write_all(&[*b]).is_err() {
+                break 'dribble true;
+            }
+            sent += 1;
+            // The pace, and the check: zgix's own SETTINGS may come first;
+            // end of stream (or a reset) is the cut.
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => break 'dribble true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+                    Err(_) => break 'dribble true,
+                }
+            }
+        }
+        false
+    };
+    assert!(cut, "the dribbled handshake was never cut");
+    assert!(sent < hello.len(), "cut only after all {sent} bytes");
+    still_serves(&z);
 }

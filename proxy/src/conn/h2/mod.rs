@@ -234,6 +234,10 @@ struct Loop {
     stats: Stats,
     /// Bytes the codec used: the handshake is done past [`HANDSHAKE_BYTES`].
     used: usize,
+    /// When the handshake must be done: one deadline for the preface and
+    /// the first SETTINGS, not one per read, so a client dribbling them a
+    /// byte at a time is cut at `client_header_timeout_ms`.
+    handshake_by: Instant,
     todo: Vec<Todo>,
 }
 
@@ -266,6 +270,7 @@ impl Parent<'_> {
             tick_at: self.shard.driver.now(),
             stats: Stats::default(),
             used: 0,
+            handshake_by: self.shard.driver.now() + self.shard.rt.timeouts.client_header,
             todo: Vec::new(),
         };
         let end = poll_fn(|cx| loop {
@@ -374,7 +379,14 @@ impl Parent<'_> {
             Ok(n) => {
                 lp.used = lp.used.saturating_add(n);
                 wire.used(n);
-                if lp.used >= HANDSHAKE_BYTES && lp.used - n < HANDSHAKE_BYTES {
+                if lp.used < HANDSHAKE_BYTES {
+                    // The next read waits only for what is left of the
+                    // handshake's time (at least 1 ms, then it times out).
+                    let left = lp.handshake_by.saturating_duration_since(now);
+                    self.conn
+                        .client
+                        .set_read_timeout(Some(left.max(Duration::from_millis(1))));
+                } else if lp.used - n < HANDSHAKE_BYTES {
                     self.conn
                         .client
                         .set_read_timeout(Some(self.shard.rt.timeouts.client_idle));
