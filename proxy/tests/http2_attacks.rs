@@ -158,6 +158,8 @@ fn a_header_list_over_the_limit_is_refused_and_the_connection_goes_on() {
         1,
         "the big one never reached the origin"
     );
+    assert_eq!(a, Ok(431));
+    assert_eq!(wait_series(&z, &refused("header_list"), 1.0), 1.0);
 }
 
 #[test]
@@ -182,6 +184,13 @@ fn an_hpack_bomb_does_not_decode_into_a_request() {
     }
     let seen: Vec<_> = o.requests().iter().map(|r| r.head.len()).collect();
     assert_eq!(seen.len(), 1, "only the seed reached the origin: {seen:?}");
+    // Counted: a 431 as `header_list`, a connection error as `hpack`.
+    let why = if f.kind == GOAWAY {
+        "hpack"
+    } else {
+        "header_list"
+    };
+    assert_eq!(wait_series(&z, &refused(why), 1.0), 1.0, "{f:?}");
     still_serves(&z);
 }
 

@@ -18,6 +18,7 @@ pub(super) enum Refusal {
     StreamError = 8,
     SettingsFlood = 9,
     PingFlood = 10,
+    HeaderList = 11,
 }
 
 /// The label a connection error counts under; `None` for zgix's own end.
@@ -55,6 +56,7 @@ pub(super) fn count_stats(c: &ListenerCounters, last: &mut Stats, now: Stats) {
     let r = &c.h2_refused;
     r[Refusal::RefusedStream as usize].add(now.refused_streams - last.refused_streams);
     r[Refusal::StreamError as usize].add(now.stream_errors - last.stream_errors);
+    r[Refusal::HeaderList as usize].add(now.headers_too_large - last.headers_too_large);
     *last = now;
 }
 

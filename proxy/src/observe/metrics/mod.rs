@@ -155,7 +155,7 @@ pub struct ListenerCounters {
 
 /// The `reason` label of `zgix_h2_refused_total`, by index (what each
 /// means: docs/operations.md, HTTP/2).
-pub const H2_REFUSALS: [&str; 11] = [
+pub const H2_REFUSALS: [&str; 12] = [
     "bad_preface",
     "rapid_reset",
     "calm",
@@ -167,6 +167,7 @@ pub const H2_REFUSALS: [&str; 11] = [
     "stream_error",
     "settings_flood",
     "ping_flood",
+    "header_list",
 ];
 
 /// The `result` label of `zgix_tls_handshakes_total`, by index.
