@@ -1,4 +1,4 @@
-//! The HTTP/1.1 response head zgix's own request loop wrote for a stream, read in one pass straight into the stream's HTTP/2 response: its status, its fields without the hop-by-hop ones (RFC 9113 §8.2.2) as slices of the head's bytes, and how the body that follows is framed (RFC 9112 §6.3). The loop wrote the head from a response its parser already checked, so this reads only the shape the loop writes (`HTTP/1.x SSS reason`, `name: value` lines) and refuses anything else.
+//! The HTTP/1.1 response head zgix's own request loop wrote for a stream, read in one pass straight into the stream's HTTP/2 response: its status, the fields to send (without the hop-by-hop ones, RFC 9113 §8.2.2) as places in the head's bytes, and how the body that follows is framed (RFC 9112 §6.3). The loop wrote the head from a response its parser already checked, so this reads only the shape the loop writes (`HTTP/1.x SSS reason`, `name: value` lines) and refuses anything else.
 
 use zgix_parser::Method;
 
@@ -29,11 +29,50 @@ pub(super) enum Framing {
     Close,
 }
 
-/// A whole head, read: its status and framing; its fields are
-/// [`fields`] of the same bytes.
+/// Fields kept in place in an [`Answer`]; more go to its `more` list.
+const KEPT: usize = 32;
+
+/// A field of the head: where its name and its trimmed value are.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// A whole head, read: its status, its framing, and the fields the stream
+/// sends, found in the same pass ([`Answer::fields`]).
 pub(super) struct Answer {
     pub status: u16,
     pub framing: Framing,
+    kept: [Span; KEPT],
+    n: usize,
+    /// Past [`KEPT`] fields (rare: a head with many cookies).
+    more: Vec<Span>,
+}
+
+impl Answer {
+    /// The fields to send, as slices of `head` (the bytes [`read`] took):
+    /// without the hop-by-hop ones (RFC 9113 §8.2.2), and without a field
+    /// HTTP/2 cannot carry (dropped alone, not the answer).
+    pub(super) fn fields<'h>(
+        &'h self,
+        head: &'h [u8],
+    ) -> impl Iterator<Item = (&'h [u8], &'h [u8])> {
+        let at = |(a, b): (u32, u32)| &head[a as usize..b as usize];
+        self.kept[..self.n]
+            .iter()
+            .chain(self.more.iter())
+            .map(move |s| (at(s.name), at(s.value)))
+    }
+
+    fn keep(&mut self, s: Span) {
+        if self.n < KEPT {
+            self.kept[self.n] = s;
+            self.n += 1;
+        } else {
+            self.more.push(s);
+        }
+    }
 }
 
 /// The head is not one the loop writes.
@@ -49,9 +88,46 @@ pub(super) fn head_end(buf: &[u8]) -> Result<Option<usize>, Malformed> {
     }
 }
 
-/// Token characters (RFC 9110 §5.6.2): a field name HTTP/2 can carry.
-fn is_tchar(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+/// Token characters (RFC 9110 §5.6.2), by byte: a field name HTTP/2 can carry.
+const TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        c += 1;
+    }
+    t
+};
+
+/// Whether a (lowercase) field name is one of [`HOP_BY_HOP`].
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"connection"
+            | b"keep-alive"
+            | b"proxy-connection"
+            | b"transfer-encoding"
+            | b"upgrade"
+            | b"te"
+    )
 }
 
 /// A field value HTTP/2 can carry (RFC 9113 §8.2.1: no NUL, CR, LF; as
@@ -60,15 +136,9 @@ fn is_value(v: &[u8]) -> bool {
     v.iter().all(|&c| c == b'\t' || (c >= 0x20 && c != 0x7f))
 }
 
-/// One field line of the head (CRLF already checked by [`read`]): its
-/// name and trimmed value, or `None` for a line without a colon.
-fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
-    let colon = memchr::memchr(b':', line)?;
-    Some((&line[..colon], trim(&line[colon + 1..])))
-}
-
 /// Reads the head `head` (the bytes up to [`head_end`]), lowering its
-/// field names in place (HTTP/2 names are lowercase, RFC 9113 §8.2.1).
+/// field names in place (HTTP/2 names are lowercase, RFC 9113 §8.2.1) and
+/// noting the fields the stream sends.
 pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed> {
     let len = head.len();
     // `HTTP/1.x SSS` and the rest of the status line.
@@ -85,8 +155,18 @@ pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed>
     if !(100..=999).contains(&status) {
         return Err(Malformed);
     }
+    if len > u32::MAX as usize {
+        return Err(Malformed);
+    }
     let mut at = memchr::memchr(b'\n', head).ok_or(Malformed)? + 1;
     let (mut length, mut te, mut chunked) = (None, false, false);
+    let mut a = Answer {
+        status,
+        framing: Framing::Close,
+        kept: [Span::default(); KEPT],
+        n: 0,
+        more: Vec::new(),
+    };
     while at < len - 2 {
         let end = at + memchr::memchr(b'\n', &head[at..]).ok_or(Malformed)?;
         let line = &mut head[at..end];
@@ -95,8 +175,19 @@ pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed>
         };
         let colon = memchr::memchr(b':', line).ok_or(Malformed)?;
         line[..colon].make_ascii_lowercase();
+        let (vs, ve) = trimmed(line, colon + 1);
+        let (name, value) = (&line[..colon], &line[vs..ve]);
+        if !name.is_empty()
+            && name.iter().all(|&c| TCHAR[usize::from(c)])
+            && is_value(value)
+            && !is_hop_by_hop(name)
+        {
+            a.keep(Span {
+                name: (at as u32, (at + colon) as u32),
+                value: ((at + vs) as u32, (at + ve) as u32),
+            });
+        }
         at = end + 1;
-        let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
         if name == b"transfer-encoding" {
             // The final coding is the last one listed (RFC 9112 §6.3 rule 4).
             te = true;
@@ -106,7 +197,7 @@ pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed>
             length = Some(number(value)?);
         }
     }
-    let framing = if method == Method::Head || status < 200 || status == 204 || status == 304 {
+    a.framing = if method == Method::Head || status < 200 || status == 204 || status == 304 {
         Framing::None
     } else if te {
         if chunked {
@@ -117,23 +208,19 @@ pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed>
     } else {
         length.map_or(Framing::Close, Framing::Length)
     };
-    Ok(Answer { status, framing })
+    Ok(a)
 }
 
-/// The fields of a head [`read`] took, as the stream sends them: without
-/// the hop-by-hop ones (RFC 9113 §8.2.2), and without a field HTTP/2
-/// cannot carry (dropped alone, not the answer).
-pub(super) fn fields(head: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    let body = head.strip_suffix(b"\r\n\r\n").unwrap_or(head);
-    body.split(|&c| c == b'\n')
-        .skip(1)
-        .filter_map(|l| split_line(l.strip_suffix(b"\r").unwrap_or(l)))
-        .filter(|(n, v)| {
-            !n.is_empty()
-                && n.iter().all(|&c| is_tchar(c))
-                && is_value(v)
-                && !HOP_BY_HOP.iter().any(|h| h.as_bytes() == *n)
-        })
+/// Where `line[from..]` is without its leading and trailing SP and HTAB.
+fn trimmed(line: &[u8], from: usize) -> (usize, usize) {
+    let (mut a, mut b) = (from, line.len());
+    while a < b && matches!(line[a], b' ' | b'\t') {
+        a += 1;
+    }
+    while b > a && matches!(line[b - 1], b' ' | b'\t') {
+        b -= 1;
+    }
+    (a, b)
 }
 
 fn trim(mut v: &[u8]) -> &[u8] {
@@ -162,7 +249,8 @@ mod tests {
         let len = head_end(&b)?.ok_or(Malformed)?;
         assert_eq!(&b[len - 4..len], b"\r\n\r\n");
         let a = read(&mut b[..len], method)?;
-        let f = fields(&b[..len])
+        let f = a
+            .fields(&b[..len])
             .map(|(n, v)| {
                 (
                     String::from_utf8_lossy(n).into_owned(),
@@ -188,6 +276,26 @@ mod tests {
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect();
         assert_eq!(h, want);
+    }
+
+    #[test]
+    fn a_head_with_more_fields_than_kept_in_place_sends_them_all_in_order() {
+        let mut t = String::from("HTTP/1.1 200 OK\r\n");
+        for i in 0..(KEPT + 9) {
+            t.push_str(&format!("Set-Cookie:\t c{i}=v \r\n"));
+            if i == KEPT - 1 {
+                t.push_str("Connection: close\r\n");
+            }
+        }
+        t.push_str("\r\n");
+        let (_, h) = answer(&t, Method::Get).unwrap();
+        assert_eq!(h.len(), KEPT + 9);
+        for (i, (n, v)) in h.iter().enumerate() {
+            assert_eq!(
+                (n.as_str(), v.as_str()),
+                ("set-cookie", format!("c{i}=v").as_str())
+            );
+        }
     }
 
     #[test]

@@ -272,7 +272,7 @@ impl StreamIo {
                 // An interim answer is an informational HEADERS (RFC 9113
                 // §8.1); 101 has no place on HTTP/2 (§8.6) and is dropped.
                 if a.status != 101 {
-                    let fields = answer::fields(&w.head[..len]);
+                    let fields = a.fields(&w.head[..len]);
                     server
                         .send_response(self.id, a.status, fields, false)
                         .map_err(|_| gone())?;
@@ -291,7 +291,7 @@ impl StreamIo {
                 Framing::Close => Out::Close,
             };
             let eos = matches!(w.out, Out::Done);
-            let fields = answer::fields(&w.head[..len]);
+            let fields = a.fields(&w.head[..len]);
             server
                 .send_response(self.id, a.status, fields, eos)
                 .map_err(|_| gone())?;
