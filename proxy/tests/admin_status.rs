@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::browser::chromium_dom;
 use support::*;
 
 /// GET `path` on zgix's admin socket.

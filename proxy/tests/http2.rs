@@ -7,7 +7,8 @@ mod support;
 use std::process::Command;
 
 use http2_support::*;
-use support::{chromium_dom, metrics_text, pattern, series, Origin, Zgix};
+use support::browser::chromium_dom;
+use support::{metrics_text, pattern, series, Origin, Zgix};
 
 fn log_path(tag: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir().join(format!("zgix-h2-{tag}-{}.log", std::process::id()));

@@ -118,12 +118,11 @@ pub fn is_imf_fixdate(d: &str) -> bool {
 // Origin
 // ---------------------------------------------------------------------------
 
-mod browser;
+pub mod browser;
 mod client;
 mod origin;
 mod zgix;
 
-pub use browser::*;
 pub use client::*;
 pub use origin::*;
 pub use zgix::*;
