@@ -1,4 +1,6 @@
-//! The HPACK encoder of zgix's responses (RFC 7541 §6): static-table indexes and literals never added to a table, Huffman-coded when shorter — no dynamic table, so no memory per connection (as nginx and HAProxy do).
+//! The HPACK encoder of zgix's responses (RFC 7541 §6): static-table indexes and literals never added to a table, Huffman-coded when shorter — no dynamic table, so no memory per connection (as nginx and HAProxy do); the last value coded for each static-table name is kept per thread and its bytes copied when it comes again.
+
+use std::cell::RefCell;
 
 use super::huffman;
 
@@ -12,9 +14,9 @@ use super::huffman;
 ///
 /// What `status` and `field` write depends on their arguments alone (no
 /// table, no state), so their bytes can be kept and copied into later
-/// blocks of any connection: a caller may encode a field that changes
-/// seldom once (the `date` each second, the `server` name) and append its
-/// bytes after `begin` instead of coding it again.
+/// blocks of any connection. `field` does so itself for names in the
+/// static table ([`Memo`]): a value that changes seldom (`server`,
+/// `content-type`, `date` within its second) is Huffman-coded once.
 #[derive(Debug, Default, Clone)]
 pub struct Encoder {
     /// A size update is due at the next block's start.
@@ -61,6 +63,78 @@ pub(crate) fn string(dst: &mut Vec<u8>, s: &[u8]) {
         integer(dst, 0, 7, s.len());
         dst.extend_from_slice(s);
     }
+}
+
+/// Longest value [`Memo`] keeps.
+const MEMO_VALUE: usize = 40;
+
+/// One static-table name's last value and its coded string literal.
+#[derive(Clone, Copy)]
+struct Kept {
+    value: [u8; MEMO_VALUE],
+    value_len: u8,
+    coded: [u8; MEMO_VALUE + 1],
+    /// 0: nothing kept.
+    coded_len: u8,
+}
+
+/// The last value coded for each static-table name (index 1 to 61), per
+/// thread (zgix runs a connection's codec on one shard's thread): about
+/// 5 KiB a thread, nothing per connection. Responses repeat most values
+/// (`server`, `content-type`, `cache-control`, `vary`; `date` for a
+/// second), so their Huffman coding (about 200 instructions a value) is
+/// done once. Left out: `content-length` (it changes with nearly every
+/// answer and its digits code cheaply), and values that may be secrets
+/// (`set-cookie`, the `authorization` fields, any never-indexed field),
+/// which are not kept in memory past their block.
+struct Memo {
+    slots: [Kept; 62],
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = const {
+        RefCell::new(Memo {
+            slots: [Kept {
+                value: [0; MEMO_VALUE],
+                value_len: 0,
+                coded: [0; MEMO_VALUE + 1],
+                coded_len: 0,
+            }; 62],
+        })
+    };
+}
+
+/// `value`'s string literal for the static name `i`: copied from the
+/// memo when it is the value last coded for that name, else coded (and
+/// kept when it fits).
+fn memo_string(i: usize, value: &[u8], dst: &mut Vec<u8>) {
+    if value.len() > MEMO_VALUE || matches!(i, 23 | 28 | 49 | 55) {
+        string(dst, value);
+        return;
+    }
+    MEMO.with(|m| {
+        let Ok(mut m) = m.try_borrow_mut() else {
+            string(dst, value);
+            return;
+        };
+        let k = &mut m.slots[i];
+        let n = usize::from(k.value_len);
+        if k.coded_len > 0 && &k.value[..n] == value {
+            dst.extend_from_slice(&k.coded[..usize::from(k.coded_len)]);
+            return;
+        }
+        let at = dst.len();
+        string(dst, value);
+        let coded = &dst[at..];
+        // A value of at most 40 bytes codes into at most 41 (length byte
+        // and the raw bytes when Huffman is not shorter).
+        if coded.len() <= k.coded.len() {
+            k.value[..value.len()].copy_from_slice(value);
+            k.value_len = value.len() as u8;
+            k.coded[..coded.len()].copy_from_slice(coded);
+            k.coded_len = coded.len() as u8;
+        }
+    });
 }
 
 /// The static table's first index with this name (RFC 7541 Appendix A).
@@ -182,13 +256,68 @@ impl Encoder {
             Some(16) if !sensitive && value == b"gzip, deflate" => dst.push(0x80 | 16),
             Some(i) => {
                 integer(dst, flags, 4, i);
-                string(dst, value);
+                if sensitive {
+                    string(dst, value);
+                } else {
+                    memo_string(i, value, dst);
+                }
             }
             None => {
                 dst.push(flags);
                 string(dst, name);
                 string(dst, value);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `field` without the memo: the bytes it must write.
+    fn plain(i: usize, value: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        integer(&mut b, 0, 4, i);
+        string(&mut b, value);
+        b
+    }
+
+    #[test]
+    fn a_kept_value_is_copied_as_coded_and_a_changed_one_coded_again() {
+        let mut e = Encoder::new();
+        let values: [&[u8]; 6] = [
+            b"zgix-bench",
+            b"zgix-bench",
+            b"nginx",
+            b"zgix-bench",
+            b"\x01\x02 not shorter in huffman",
+            &[b'x'; MEMO_VALUE + 1],
+        ];
+        for v in values {
+            let mut b = Vec::new();
+            e.field(b"server", v, false, &mut b);
+            assert_eq!(b, plain(54, v), "{v:?}");
+        }
+        // A value longer than the memo keeps was not kept: the last kept
+        // one is still the one before it.
+        let k = MEMO.with(|m| m.borrow().slots[54]);
+        assert_eq!(&k.value[..usize::from(k.value_len)], values[4]);
+    }
+
+    #[test]
+    fn secrets_and_lengths_are_not_kept() {
+        let mut e = Encoder::new();
+        for (name, i, sensitive) in [
+            (&b"set-cookie"[..], 55, false),
+            (b"authorization", 23, false),
+            (b"content-length", 28, false),
+            (b"etag", 34, true),
+        ] {
+            let mut b = Vec::new();
+            e.field(name, b"v=1", sensitive, &mut b);
+            let k = MEMO.with(|m| m.borrow().slots[i]);
+            assert_eq!(k.coded_len, 0, "{name:?}");
         }
     }
 }
