@@ -64,6 +64,8 @@ pub struct Shard {
     pub exchanges_peak: Cell<usize>,
     /// Blocks the request-handling futures run in (see `conn::slab`).
     pub request_futures: crate::conn::slab::FutureSlab,
+    /// Blocks the HTTP/2 streams' futures run in (see `conn::h2`).
+    pub stream_futures: crate::conn::slab::FutureSlab,
     /// Requests being handled on this shard, all generations (see
     /// [`Shard::request_started`]); what a drain cut at its deadline.
     pub in_flight: Rc<Cell<usize>>,
@@ -151,6 +153,7 @@ impl Shard {
             exchanges_out: Cell::new(0),
             exchanges_peak: Cell::new(0),
             request_futures: Default::default(),
+            stream_futures: Default::default(),
             in_flight: prev.map_or_else(Default::default, |p| p.in_flight.clone()),
             generation,
             newest: prev.map_or_else(Default::default, |p| p.newest.clone()),
@@ -189,6 +192,7 @@ impl Shard {
         self.pool.clear();
         self.exchanges.borrow_mut().clear();
         self.request_futures.trim();
+        self.stream_futures.trim();
     }
 
     /// An upstream connection whose exchange ended cleanly, back to the

@@ -366,6 +366,7 @@ pub fn trim_memory(shard: &Shard) {
     let out = shard.exchanges_out.get();
     let spare = shard.exchanges_peak.replace(out).saturating_sub(out);
     shard.request_futures.trim();
+    shard.stream_futures.trim();
     {
         let mut pool = shard.exchanges.borrow_mut();
         while pool.len() > spare {

@@ -37,6 +37,7 @@ use zgix_h2::server::{Config, ErrorCode, Event, Server, Stats, StreamId};
 use zgix_parser::Method;
 
 use super::client::ClientConn;
+use super::slab::FutureSlab;
 use super::state::{self, State};
 use super::{is_timeout, shard, Conn};
 use frames::Refusal;
@@ -195,7 +196,8 @@ fn arm(shard: Rc<shard::Shard>) -> DrainFut {
 
 /// A stream's future, boxed: `FuturesUnordered` keeps a stub task holding
 /// an `Option` of its future type inline, so an unboxed stream future (a
-/// few KiB) would cost its size on every idle connection.
+/// few KiB) would cost its size on every idle connection. The box holds a
+/// handle to the future's block in the shard's `stream_futures` slab.
 type StreamFut = Pin<Box<dyn Future<Output = ()>>>;
 
 /// What a `recv` left to do once the codec is free again.
@@ -431,7 +433,13 @@ impl Parent<'_> {
         if !lp.going_away && self.follow() {
             lp.go_away(core);
         }
-        let f = self.stream(&lp.streams, core, id, n);
+        // The stream's future (about 1 KiB) in a block of the shard's
+        // slab, reused; only a pointer-sized handle is boxed into the set.
+        let f = FutureSlab::run_in(
+            self.shard.clone(),
+            |s| &s.stream_futures,
+            || self.stream(&lp.streams, core, id, n),
+        );
         lp.set.push(Box::pin(f));
     }
 
