@@ -147,10 +147,11 @@ pid_of() {
 port_of() {
     case "$1" in zgix) echo "$zgix_port" ;; nginx) echo "$nginx_port" ;; haproxy) echo "$haproxy_port" ;; esac
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
-# run TARGET CONNS STREAMS: one h2load run; prints "req/s cpu_us_per_req".
+# run TARGET CONNS STREAMS: one h2load run; prints "req/s cpu_us_per_req
+# user_us_per_req sys_us_per_req".
 run() {
     local t="$1" c="$2" m="$3" pid out t0 t1 ok
     pid="$(pid_of "$t")"
@@ -160,8 +161,9 @@ run() {
     t1="$(cpu_ticks "$pid")"
     ok="$(awk '/^status codes:/ {print $3}' <<<"$out")"
     [ "$ok" = "$requests" ] || { echo "bench-h2: $t answered $ok of $requests with 2xx:" >&2; echo "$out" >&2; exit 1; }
-    awk -v t0="$t0" -v t1="$t1" -v n="$requests" '/^finished in/ {
-        r = $4; sub(/,/, "", r); printf "%s %.2f\n", r, (t1 - t0) * 10000 / n }' <<<"$out"
+    awk -v t0="$t0" -v t1="$t1" -v n="$requests" 'BEGIN { split(t0, a, " "); split(t1, b, " ") }
+        /^finished in/ { r = $4; sub(/,/, "", r); u = (b[1] - a[1]) * 10000 / n; k = (b[2] - a[2]) * 10000 / n
+        printf "%s %.2f %.2f %.2f\n", r, u + k, u, k }' <<<"$out"
 }
 
 # idle_rss TARGET: KiB of RSS per idle h2 connection.
@@ -312,6 +314,9 @@ for r in $(seq "$rounds"); do
     done
 done
 
+echo "Each round (target, streams per connection: req/s, CPU us per request = user + sys):"
+paste -d' ' <(awk '{print $1, "m=1:", $2, $3, "=", $4, "+", $5}' "$tmp/m1") \
+    <(awk '{print "  m=100:", $2, $3, "=", $4, "+", $5}' "$tmp/m100")
 echo "HTTP/2 over TLS, $requests requests per run, medians over $rounds interleaved rounds; proxy on CPU 0, origin and h2load on CPU 1"
 printf '%-8s %12s %12s %14s %14s %12s\n' target "req/s m=1" "us/req m=1" "req/s m=100" "us/req m=100" "KiB/idle"
 for t in "${targets[@]}"; do
