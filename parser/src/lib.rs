@@ -43,3 +43,4 @@ pub use rechunk::{rechunk, Rechunked, RECHUNK_SLACK};
 pub use request::{BodyKind, RequestHead, RequestParser};
 pub use response::{ResponseBody, ResponseHead, ResponseParser};
 pub use span::{Span, Status};
+pub use syntax::{is_field_vchar, is_token};

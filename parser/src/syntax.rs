@@ -67,12 +67,12 @@ pub(crate) fn is_tchar(b: u8) -> bool {
 }
 
 /// Whether `s` is a non-empty token (RFC 9110 §5.6.2).
-pub(crate) fn is_token(s: &[u8]) -> bool {
+pub fn is_token(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(|&b| is_tchar(b))
 }
 
 /// Whether `b` may appear in a field value (RFC 9110 §5.5: VCHAR, obs-text, SP, HTAB).
-pub(crate) fn is_field_vchar(b: u8) -> bool {
+pub fn is_field_vchar(b: u8) -> bool {
     b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80
 }
 

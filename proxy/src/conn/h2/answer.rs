@@ -1,6 +1,6 @@
 //! The HTTP/1.1 response head zgix's own request loop wrote for a stream, read in one pass straight into the stream's HTTP/2 response: its status, the fields to send (without the hop-by-hop ones, RFC 9113 §8.2.2) as places in the head's bytes, and how the body that follows is framed (RFC 9112 §6.3). The loop wrote the head from a response its parser already checked, so this reads only the shape the loop writes (`HTTP/1.x SSS reason`, `name: value` lines) and refuses anything else.
 
-use zgix_parser::Method;
+use zgix_parser::{is_field_vchar, is_token, Method};
 
 /// Fields that are about one HTTP/1.1 connection, never sent on a stream
 /// (RFC 9113 §8.2.2); the codec refuses them in requests already.
@@ -51,6 +51,16 @@ pub(super) struct Answer {
 }
 
 impl Answer {
+    fn new(status: u16) -> Answer {
+        Answer {
+            status,
+            framing: Framing::Close,
+            kept: [Span::default(); KEPT],
+            n: 0,
+            more: Vec::new(),
+        }
+    }
+
     /// The fields to send, as slices of `head` (the bytes [`read`] took):
     /// without the hop-by-hop ones (RFC 9113 §8.2.2), and without a field
     /// HTTP/2 cannot carry (dropped alone, not the answer).
@@ -88,52 +98,9 @@ pub(super) fn head_end(buf: &[u8]) -> Result<Option<usize>, Malformed> {
     }
 }
 
-/// Token characters (RFC 9110 §5.6.2), by byte: a field name HTTP/2 can carry.
-const TCHAR: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut c = 0;
-    while c < 256 {
-        let b = c as u8;
-        t[c] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            );
-        c += 1;
-    }
-    t
-};
-
 /// Whether a (lowercase) field name is one of [`HOP_BY_HOP`].
 fn is_hop_by_hop(name: &[u8]) -> bool {
-    matches!(
-        name,
-        b"connection"
-            | b"keep-alive"
-            | b"proxy-connection"
-            | b"transfer-encoding"
-            | b"upgrade"
-            | b"te"
-    )
-}
-
-/// A field value HTTP/2 can carry (RFC 9113 §8.2.1: no NUL, CR, LF; as
-/// RFC 9110 §5.5, no other control but HTAB).
-fn is_value(v: &[u8]) -> bool {
-    v.iter().all(|&c| c == b'\t' || (c >= 0x20 && c != 0x7f))
+    HOP_BY_HOP.iter().any(|h| h.as_bytes() == name)
 }
 
 /// Reads the head `head` (the bytes up to [`head_end`]), lowering its
@@ -160,13 +127,7 @@ pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed>
     }
     let mut at = memchr::memchr(b'\n', head).ok_or(Malformed)? + 1;
     let (mut length, mut te, mut chunked) = (None, false, false);
-    let mut a = Answer {
-        status,
-        framing: Framing::Close,
-        kept: [Span::default(); KEPT],
-        n: 0,
-        more: Vec::new(),
-    };
+    let mut a = Answer::new(status);
     while at < len - 2 {
         let end = at + memchr::memchr(b'\n', &head[at..]).ok_or(Malformed)?;
         let line = &mut head[at..end];
@@ -177,11 +138,10 @@ pub(super) fn read(head: &mut [u8], method: Method) -> Result<Answer, Malformed>
         line[..colon].make_ascii_lowercase();
         let (vs, ve) = trimmed(line, colon + 1);
         let (name, value) = (&line[..colon], &line[vs..ve]);
-        if !name.is_empty()
-            && name.iter().all(|&c| TCHAR[usize::from(c)])
-            && is_value(value)
-            && !is_hop_by_hop(name)
-        {
+        // A field HTTP/2 can carry: a token name (RFC 9110 §5.6.2) and a
+        // value without NUL, CR, LF (RFC 9113 §8.2.1) or another control
+        // but HTAB (RFC 9110 §5.5).
+        if is_token(name) && value.iter().all(|&c| is_field_vchar(c)) && !is_hop_by_hop(name) {
             a.keep(Span {
                 name: (at as u32, (at + colon) as u32),
                 value: ((at + vs) as u32, (at + ve) as u32),
