@@ -7,6 +7,7 @@ mod http;
 mod load;
 mod origin;
 mod proxy_header;
+mod send_zc;
 
 use args::Args;
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ usage:
                   [--sources N] [--proxy-header v1|v2] [--threads T] [--cpus LIST]
                   [--header \"K: V\"]... [--timeout-ms N] [--json]
   zgix-bench demo [--zgix PATH] [--duration S]
+  zgix-bench send-zc [--sizes 16K,64K,256K,1M] [--total 4G] [--queue 2] [--rounds 5]
 
 `zgix-bench SUBCOMMAND --help` describes each one.";
 
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         "origin" => origin::USAGE,
         "load" => load::USAGE,
         "demo" => demo::USAGE,
+        "send-zc" => send_zc::USAGE,
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
     let result = match cmd.as_str() {
         "origin" => origin::OriginConfig::from_args(a).and_then(origin::run),
         "load" => load::LoadConfig::from_args(a).and_then(load::run),
+        "send-zc" => send_zc::Config::from_args(a).and_then(send_zc::run),
         _ => demo::run(a),
     };
     match result {
