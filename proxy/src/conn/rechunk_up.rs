@@ -1,4 +1,4 @@
-//! A chunked request body on its way up: validated, re-encoded without extensions or trailers (RFC 9112 §7.1.1, §7.1.2), and sent as a gather list — zgix's framing and the client's data where it lies — in one vectored send per batch to a plain upstream (copied and encrypted for TLS); a large chunk's data goes socket to socket (`bulk.rs`).
+//! A chunked request body on its way up: validated, re-encoded without extensions or trailers (RFC 9112 §7.1.1, §7.1.2), and sent as a gather list — zgix's framing and the client's data where it lies — in one vectored send per read to a plain upstream (copied when its chunks are too many or too small for one gather list, and for TLS); a large chunk's data goes socket to socket (`bulk.rs`).
 
 use zgix_parser::{ChunkedDecoder, ParseError, Pieces};
 
@@ -50,6 +50,8 @@ impl ChunkedUp<'_> {
         // extension parser of the origin's can disagree with zgix's.
         *dec = ChunkedDecoder::new(shard.rt.request_limits.max_body);
         pieces.reset();
+        // Nothing of an earlier body that ended in an error is left.
+        copy.clear();
         if up.is_tls() {
             let want = cl.capacity() + zgix_parser::FRAMING_MAX;
             if copy.capacity() < want {
@@ -70,28 +72,39 @@ impl ChunkedUp<'_> {
             // buffer whose pieces do not fit one send).
             let r =
                 zgix_parser::rechunk_pieces(dec, cl.bytes(), pieces).map_err(Fail::ClientBad)?;
-            // Out of room with bytes left: these go, then the rest of the
-            // same bytes, before any read.
-            let more = pieces.is_full();
+            // Out of room with bytes left (many small chunks: each is
+            // copied into the framing, which fills after ~29 of 64 bytes):
+            // this batch is copied out and the rest of the same bytes
+            // re-encoded after it, so the whole buffer goes up in one send,
+            // not one send (and one upstream round trip) per batch.
+            if pieces.is_full() {
+                pieces.write_to(cl.bytes(), copy);
+                cl.consume(r.consumed);
+                continue;
+            }
             // All buffered bytes re-encoded and the chunk still owes its
             // rest: that rest goes on as a chunk of its own, its size line
             // here, its data socket to socket, its CRLF with the next
             // framing (the re-encoding `rechunk_pieces` makes: one chunk per
             // data run, no extensions).
             let owed = dec.data_owed();
-            let big = bulk.filter(|_| {
-                !more && r.consumed == cl.pending() && super::bulk::takes_bulk_chunk(owed)
-            });
+            let big =
+                bulk.filter(|_| r.consumed == cl.pending() && super::bulk::takes_bulk_chunk(owed));
             if big.is_some() {
                 pieces.push_size_line(owed);
             }
-            send(up, cl, pieces, copy).await?;
+            if copy.is_empty() {
+                send(up, cl, pieces, copy).await?;
+            } else {
+                // The batches copied out above, then this last one.
+                pieces.write_to(cl.bytes(), copy);
+                let sent = up.write_all(&copy[..]).await;
+                copy.clear();
+                sent.map_err(|e| upstream_io(&e))?;
+            }
             cl.consume(r.consumed);
             if r.done {
                 break;
-            }
-            if more {
-                continue;
             }
             if let Some((c, u)) = big {
                 let lane = super::bulk::lane(c, true);
