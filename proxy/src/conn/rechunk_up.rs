@@ -93,15 +93,7 @@ impl ChunkedUp<'_> {
             if big.is_some() {
                 pieces.push_size_line(owed);
             }
-            if copy.is_empty() {
-                send(up, cl, pieces, copy).await?;
-            } else {
-                // The batches copied out above, then this last one.
-                pieces.write_to(cl.bytes(), copy);
-                let sent = up.write_all(&copy[..]).await;
-                copy.clear();
-                sent.map_err(|e| upstream_io(&e))?;
-            }
+            send(up, cl, pieces, copy).await?;
             cl.consume(r.consumed);
             if r.done {
                 break;
@@ -133,22 +125,24 @@ impl ChunkedUp<'_> {
     }
 }
 
-/// Sends `pieces` (made from `cl.bytes()`). A plain upstream: one vectored
-/// send with the data where it lies in the client's buffer (none when every
-/// piece is framing, small data copied in: then one plain write). TLS: the
-/// copying path, the re-encoding assembled in `copy` and written (encrypted)
-/// as one, the same bytes.
+/// Sends `pieces` (made from `cl.bytes()`) after what `copy` holds (the
+/// batches of the same read copied out when they overflowed a gather list).
+/// A plain upstream with nothing copied: one vectored send with the data
+/// where it lies in the client's buffer (none when every piece is framing,
+/// small data copied in: then one plain write). Otherwise, and for TLS, the
+/// copying path: the pieces appended to `copy` and the whole written
+/// (encrypted for TLS) as one.
 async fn send(
     up: &UpConn,
     cl: &ClientBytes,
     pieces: &Pieces,
     copy: &mut Vec<u8>,
 ) -> Result<(), Fail> {
-    if pieces.is_empty() {
+    if pieces.is_empty() && copy.is_empty() {
         return Ok(());
     }
     let r = match up {
-        UpConn::Plain(s) if pieces.has_data() => {
+        UpConn::Plain(s) if copy.is_empty() && pieces.has_data() => {
             s.write_all_gather(Gather {
                 shared: cl.shared(),
                 base: cl.mark(),
@@ -157,11 +151,12 @@ async fn send(
             })
             .await
         }
-        UpConn::Plain(s) => s.write_all(pieces.framing()).await,
-        UpConn::Tls(..) => {
-            copy.clear();
+        UpConn::Plain(s) if copy.is_empty() => s.write_all(pieces.framing()).await,
+        _ => {
             pieces.write_to(cl.bytes(), copy);
-            up.write_all(&copy[..]).await
+            let r = up.write_all(&copy[..]).await;
+            copy.clear();
+            r
         }
     };
     r.map_err(|e| upstream_io(&e))

@@ -50,12 +50,10 @@ impl FutureSlab {
     /// async fn: its frame would hold the future itself.)
     #[inline(always)]
     pub fn run<F: Future>(&self, make: impl FnOnce() -> F) -> Running<'_, F> {
-        let p = self.block::<F>();
-        // SAFETY: the block is sized and aligned for F and unused; a
-        // `&mut MaybeUninit<F>` is valid for any bytes.
-        let slot = unsafe { &mut *p.as_ptr().cast::<MaybeUninit<F>>() };
-        slot.write(make());
-        Running { slab: self, p }
+        Running {
+            slab: self,
+            p: self.place(make),
+        }
     }
 
     /// As [`FutureSlab::run`], for a slab that `owner` holds (`slab` finds
@@ -69,11 +67,19 @@ impl FutureSlab {
         slab: fn(&S) -> &FutureSlab,
         make: impl FnOnce() -> F,
     ) -> RunningIn<S, F> {
-        let p = slab(&owner).block::<F>();
-        // SAFETY: as in `run`.
-        let place = unsafe { &mut *p.as_ptr().cast::<MaybeUninit<F>>() };
-        place.write(make());
+        let p = slab(&owner).place(make);
         RunningIn { owner, slab, p }
+    }
+
+    /// `make`'s result written straight into an unused block (see `run`).
+    #[inline(always)]
+    fn place<F>(&self, make: impl FnOnce() -> F) -> NonNull<F> {
+        let p = self.block::<F>();
+        // SAFETY: the block is sized and aligned for F and unused; a
+        // `&mut MaybeUninit<F>` is valid for any bytes.
+        let slot = unsafe { &mut *p.as_ptr().cast::<MaybeUninit<F>>() };
+        slot.write(make());
+        p
     }
 
     /// Takes back the block at `p` (its future already dropped).

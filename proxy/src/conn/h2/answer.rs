@@ -183,14 +183,9 @@ fn trimmed(line: &[u8], from: usize) -> (usize, usize) {
     (a, b)
 }
 
-fn trim(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = v {
-        v = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = v {
-        v = rest;
-    }
-    v
+fn trim(v: &[u8]) -> &[u8] {
+    let (a, b) = trimmed(v, 0);
+    &v[a..b]
 }
 
 fn number(v: &[u8]) -> Result<u64, Malformed> {
