@@ -461,3 +461,100 @@ fn stream_heads_get_the_parsers_answers_whether_assembled_or_parsed() {
     }
     assert_eq!(get(&[], "/c"), 200, "the listener still serves");
 }
+
+/// A proxied answer goes to its stream as the response parser read it:
+/// field names lowered (RFC 9113 §8.2.1), Connection, the field it names,
+/// Keep-Alive and Transfer-Encoding dropped (§8.2.2), a chunked body
+/// de-chunked into DATA, the filters' response edits, RateLimit fields and
+/// Via added; `bytes_out` counts the stream's HEADERS frames and DATA
+/// payload, as the client received them.
+#[test]
+fn an_origins_answer_reaches_the_stream_lowercased_without_hop_by_hop_fields() {
+    let origin = scripted_origin(
+        b"HTTP/1.1 200 OK\r\nX-Mixed-Case: One\r\nConnection: X-Named\r\nX-Named: gone\r\n\
+          Keep-Alive: timeout=5\r\nX-Remove-Me: 1\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    );
+    let log = log_path("parsed");
+    let z = Zgix::start_json(&format!(
+        r#"{{"cpus": [0], "admin": {{"bind": "127.0.0.1:0"}}, "via": "edge-7",
+            "access_log": {{"path": "{}", "format": "json"}},
+            "listeners": [{{"bind": "127.0.0.1:0", "name": "h2c",
+                "http2": {{"prior_knowledge": true}},
+                "http": {{"cluster": "c",
+                  "rate_limit": {{"requests": 100, "window_ms": 60000, "burst": 100,
+                                  "headers": "draft-11"}},
+                  "request_filters": [{{"match": {{"path": {{"prefix": "/"}}}},
+                    "action": {{"response_headers": {{"set": [["X-Served-By", "zgix"]],
+                                                     "remove": ["x-remove-me"]}}}}}}]}}}}],
+            "clusters": {{"c": {{"endpoints": ["{origin}"]}}}}}}"#,
+        log.display()
+    ));
+    let url = format!("http://127.0.0.1:{}/p", z.listeners[0].port());
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-v",
+            "--max-time",
+            "10",
+            "--http2-prior-knowledge",
+            &url,
+        ])
+        .output()
+        .expect("run curl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(out.stdout, b"hello world");
+    let fields: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("< "))
+        .filter(|l| l.contains(": "))
+        .collect();
+    let names: Vec<&str> = fields
+        .iter()
+        .map(|f| f.split(": ").next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "x-mixed-case",
+            "x-served-by",
+            "via",
+            "ratelimit-policy",
+            "ratelimit"
+        ],
+        "{err}"
+    );
+    assert!(fields.contains(&"x-mixed-case: One"), "{err}");
+    assert!(fields.contains(&"via: 1.1 edge-7"), "{err}");
+    assert!(fields.contains(&"x-served-by: zgix"), "{err}");
+
+    // The same answer to a frame-level client: what it received is what
+    // the access log counts.
+    let mut c = Raw::open(z.addr());
+    c.headers(1, &get_block("/q"), true);
+    let mut got = 0;
+    let mut data = Vec::new();
+    loop {
+        let f = c.until(|f| f.id == 1).expect("stream 1's frames");
+        match f.kind {
+            HEADERS | CONTINUATION => got += 9 + f.payload.len(),
+            DATA => {
+                got += f.payload.len();
+                data.extend_from_slice(&f.payload);
+            }
+            k => panic!("frame type {k} on stream 1"),
+        }
+        if f.flags & END_STREAM != 0 {
+            break;
+        }
+    }
+    assert_eq!(data, b"hello world");
+    let lines = wait_lines(&log, 2);
+    let last = lines.last().unwrap();
+    assert!(last.contains(r#""path":"/q""#), "{last}");
+    assert!(
+        last.contains(&format!(r#""bytes_out":{got},"#)),
+        "bytes_out {got} (HEADERS frames and DATA payload) in {last}"
+    );
+}

@@ -4,22 +4,39 @@ use super::streams::{Closed, ANSWERED, RECV_CLOSED, SEND_CLOSED};
 use super::{Server, StreamGone};
 use crate::frame::{self, ErrorCode, StreamId, CONTINUATION, END_HEADERS, END_STREAM, HEADERS};
 
+/// What the frame buffer starts with when a response comes while it holds
+/// nothing (it is freed whenever the connection has no stream open): about
+/// a hundred small answers, so a burst does not grow it a dozen times.
+const OUT_START: usize = 16 * 1024;
+
 impl Server {
+    /// Room for `n` more bytes of frames.
+    fn out_room(&mut self, n: usize) {
+        let n = if self.out.capacity() == 0 {
+            n.max(OUT_START)
+        } else {
+            n
+        };
+        self.out.reserve(n);
+    }
+
     /// The response's head (`status` under 200: an interim one, which may
     /// come more than once before the final). Field names must be
     /// lowercase and not connection-specific (§8.2.2): the caller's to see to.
+    /// Returns the bytes of the HEADERS (and CONTINUATION) frames queued.
     pub fn send_response<'f>(
         &mut self,
         id: StreamId,
         status: u16,
         fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
         end_stream: bool,
-    ) -> Result<(), StreamGone> {
+    ) -> Result<usize, StreamGone> {
         let interim = status < 200;
         match self.streams.get_ref(id) {
             Some(s) if self.dead.is_none() && s.flags & (ANSWERED | SEND_CLOSED) == 0 => {}
             _ => return Err(StreamGone),
         }
+        self.out_room(64);
         let at = self.out.len();
         frame::put_head(&mut self.out, 0, HEADERS, 0, id);
         self.encoder.begin(&mut self.out);
@@ -32,7 +49,7 @@ impl Server {
         if !interim {
             self.sent_flags(id, if es { ANSWERED | SEND_CLOSED } else { ANSWERED });
         }
-        Ok(())
+        Ok(self.out.len() - at)
     }
 
     /// Trailers after the response (§8.1): they end the stream.
@@ -127,7 +144,7 @@ impl Server {
             return Ok(0);
         }
         let max = self.peer_max_frame as usize;
-        self.out.reserve(n + n.div_ceil(max).max(1) * 9);
+        self.out_room(n + n.div_ceil(max).max(1) * 9);
         let mut rest = &data[..n];
         loop {
             let k = rest.len().min(max);

@@ -378,20 +378,27 @@ impl Download<'_> {
         if !client_keep {
             self.client.closing();
         }
-        {
+        let edits = (self.filtered && self.walk.edits_response).then_some((filters, self.walk));
+        if let Some(io) = self.client.stream() {
+            // An HTTP/2 stream takes the parsed head: no HTTP/1.1 text of it.
+            let added = super::h2::Added {
+                edits,
+                via: self.via,
+                rate_fields: self.rate_fields,
+            };
+            let base = &mut self.ubuf[*self.ustart..*self.uend];
+            super::h2::answer_parsed(io, base, self.resp, added, self.out)
+                .map_err(|_| Fail::ClientGone)?;
+            self.out.clear();
+            self.sent.0.set(true);
+        } else {
             let base = &self.ubuf[*self.ustart..*self.uend];
-            wire::write_response_head_via(
-                self.out,
-                base,
-                self.resp,
-                wire::ClientFraming {
-                    keep: client_keep,
-                    http10,
-                    dechunk,
-                },
-                (self.filtered && self.walk.edits_response).then_some((filters, self.walk)),
-                self.via,
-            );
+            let framing = wire::ClientFraming {
+                keep: client_keep,
+                http10,
+                dechunk,
+            };
+            wire::write_response_head_via(self.out, base, self.resp, framing, edits, self.via);
             crate::http::ratelimit::insert(self.out, self.rate_fields);
         }
         let mut pos = *self.ustart + self.resp.head_len;

@@ -60,6 +60,14 @@ impl ClientConn {
         }
     }
 
+    /// The HTTP/2 stream this client is, if it is one.
+    pub(super) fn stream(&self) -> Option<&super::h2::StreamIo> {
+        match &self.inner {
+            Inner::H2(io) => Some(io),
+            Inner::Net { .. } => None,
+        }
+    }
+
     /// Whether this is an HTTP/2 stream (the access log's protocol).
     pub fn is_h2(&self) -> bool {
         matches!(self.inner, Inner::H2(_))

@@ -257,28 +257,49 @@ pub fn write_response_head_via(
     status_line(out, base, resp);
     let mut length = resp.content_length;
     for h in resp.headers.iter() {
-        match h.kind {
-            HeaderKind::Connection | HeaderKind::HopByHop => continue,
-            HeaderKind::TransferEncoding if framing.dechunk => continue,
-            _ => {}
+        if response_forwards(base, h, framing.dechunk, edits) {
+            field(out, base, h, &mut length);
         }
-        if let Some((f, w)) = edits {
-            if f.response_drops(w, h.name.get(base)) {
-                continue;
-            }
-        }
-        field(out, base, h, &mut length);
     }
-    if let Some((f, w)) = edits {
-        f.write_response_additions(w, out);
-    }
-    via_field(out, resp.version, via);
+    write_added_fields(out, resp.version, edits, via);
     if !framing.keep {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if framing.http10 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Whether the origin's final-head field `h` goes on to the client: not a
+/// hop-by-hop one (RFC 9110 §7.6.1), not Transfer-Encoding when the body is
+/// re-framed (`reframed`), not one a matched `response_headers` edit
+/// removes or sets.
+pub fn response_forwards(
+    base: &[u8],
+    h: &Header,
+    reframed: bool,
+    edits: Option<(&FiltersRt, &Walk)>,
+) -> bool {
+    match h.kind {
+        HeaderKind::Connection | HeaderKind::HopByHop => return false,
+        HeaderKind::TransferEncoding if reframed => return false,
+        _ => {}
+    }
+    edits.is_none_or(|(f, w)| !f.response_drops(w, h.name.get(base)))
+}
+
+/// Appends the field lines zgix adds to a final head: the values matched
+/// `response_headers` edits set, then zgix's Via entry.
+pub fn write_added_fields(
+    out: &mut Vec<u8>,
+    received: Version,
+    edits: Option<(&FiltersRt, &Walk)>,
+    via: Option<&[u8]>,
+) {
+    if let Some((f, w)) = edits {
+        f.write_response_additions(w, out);
+    }
+    via_field(out, received, via);
 }
 
 /// Writes an interim (1xx) head zgix relays to the client into `out` (cleared

@@ -15,6 +15,7 @@
 //! wait to be written, and so does reading.
 
 mod answer;
+mod direct;
 mod frames;
 mod render;
 mod serve;
@@ -22,6 +23,7 @@ mod shared;
 mod stream;
 mod wire;
 
+pub(in crate::conn) use direct::{answer_parsed, Added};
 pub use stream::StreamIo;
 
 use std::cell::{Cell, RefCell};

@@ -203,10 +203,7 @@ impl StreamIo {
         if matches!(self.wr.borrow().out, Out::Head) {
             match self.answer(buf)? {
                 Some(at) => body = &buf[at..],
-                None => {
-                    self.tx.set(self.tx.get() + buf.len() as u64);
-                    return Ok(());
-                }
+                None => return Ok(()),
             }
         }
         let mut i = 0;
@@ -246,7 +243,6 @@ impl StreamIo {
                 break;
             }
         }
-        self.tx.set(self.tx.get() + buf.len() as u64);
         Ok(())
     }
 
@@ -267,15 +263,18 @@ impl StreamIo {
                 return Ok(None);
             };
             let a = answer::read(&mut w.head[..len], w.method).map_err(|_| bad_answer())?;
-            let mut server = self.core.server.borrow_mut();
             if a.status < 200 {
                 // An interim answer is an informational HEADERS (RFC 9113
                 // §8.1); 101 has no place on HTTP/2 (§8.6) and is dropped.
                 if a.status != 101 {
                     let fields = a.fields(&w.head[..len]);
-                    server
+                    let n = self
+                        .core
+                        .server
+                        .borrow_mut()
                         .send_response(self.id, a.status, fields, false)
                         .map_err(|_| gone())?;
+                    self.tx.set(self.tx.get() + n as u64);
                 }
                 w.head.drain(..len);
                 start = start.saturating_sub(len);
@@ -284,25 +283,58 @@ impl StreamIo {
                 }
                 continue;
             }
-            w.out = match a.framing {
-                Framing::None | Framing::Length(0) => Out::Done,
-                Framing::Length(n) => Out::Length(n),
-                Framing::Chunked => Out::Chunked(ChunkedDecoder::new(u64::MAX)),
-                Framing::Close => Out::Close,
-            };
-            let eos = matches!(w.out, Out::Done);
-            let fields = a.fields(&w.head[..len]);
-            server
-                .send_response(self.id, a.status, fields, eos)
-                .map_err(|_| gone())?;
-            drop(server);
-            if eos {
-                self.core.answered(self.id);
-            }
+            self.final_head(&mut w.out, a.status, a.fields(&w.head[..len]), a.framing)?;
             put_request_buffer(std::mem::take(&mut w.head));
             // The head's end is in `buf`: it was not whole before.
             return Ok(Some((len - start).min(buf.len())));
         }
+    }
+
+    /// The final answer as the response parser read it (`direct.rs`): its
+    /// HEADERS now, its body through [`StreamIo::write_all`] after, framed
+    /// as `framing` says (de-chunked when chunked).
+    pub(super) fn answer_parsed<'f>(
+        &self,
+        status: u16,
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+        framing: Framing,
+    ) -> io::Result<()> {
+        let mut w = self.wr.borrow_mut();
+        if !matches!(w.out, Out::Head) || !w.head.is_empty() {
+            return Err(bad_answer());
+        }
+        self.final_head(&mut w.out, status, fields, framing)?;
+        put_request_buffer(std::mem::take(&mut w.head));
+        Ok(())
+    }
+
+    /// Sends the final answer's HEADERS (counted in `tx` as the frames'
+    /// bytes) and sets how the body after it is framed.
+    fn final_head<'f>(
+        &self,
+        out: &mut Out,
+        status: u16,
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+        framing: Framing,
+    ) -> io::Result<()> {
+        *out = match framing {
+            Framing::None | Framing::Length(0) => Out::Done,
+            Framing::Length(n) => Out::Length(n),
+            Framing::Chunked => Out::Chunked(ChunkedDecoder::new(u64::MAX)),
+            Framing::Close => Out::Close,
+        };
+        let eos = matches!(out, Out::Done);
+        let n = self
+            .core
+            .server
+            .borrow_mut()
+            .send_response(self.id, status, fields, eos)
+            .map_err(|_| gone())?;
+        self.tx.set(self.tx.get() + n as u64);
+        if eos {
+            self.core.answered(self.id);
+        }
+        Ok(())
     }
 
     /// Sends `data` as DATA as the windows allow, within the write timeout
@@ -325,6 +357,7 @@ impl StreamIo {
                 .borrow_mut()
                 .send_data(self.id, piece, eos && last)
                 .map_err(|_| gone())?;
+            self.tx.set(self.tx.get() + n as u64);
             data = &data[n..];
             if n == piece.len() {
                 if last {
