@@ -1,4 +1,4 @@
-//! The HTTP/1.1 response head zgix's own request loop wrote for a stream, read in one pass straight into the stream's HTTP/2 response: its status, the fields to send (without the hop-by-hop ones, RFC 9113 §8.2.2) as places in the head's bytes, and how the body that follows is framed (RFC 9112 §6.3). The loop wrote the head from a response its parser already checked, so this reads only the shape the loop writes (`HTTP/1.x SSS reason`, `name: value` lines) and refuses anything else.
+//! An HTTP/1.1 response head zgix's own request loop wrote for a stream (an answer zgix makes itself, a relayed 1xx; a proxied final answer goes by `direct.rs`), read in one pass straight into the stream's HTTP/2 response: its status, the fields to send (without the hop-by-hop ones, RFC 9113 §8.2.2) as places in the head's bytes, and how the body that follows is framed (RFC 9112 §6.3). The loop wrote the head from a response its parser already checked, so this reads only the shape the loop writes (`HTTP/1.x SSS reason`, `name: value` lines) and refuses anything else.
 
 use zgix_parser::{is_field_vchar, is_token, Method};
 

@@ -1,4 +1,4 @@
-//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request goes in as the head `render.rs` made and its body (chunked when it has no Content-Length, RFC 9113 §8.3.1), and the HTTP/1.1 answer the loop writes is parsed back into HEADERS and DATA (hop-by-hop fields dropped, §8.2.2; a 1xx interim answer becomes an informational HEADERS, §8.1), sent as the stream's flow-control window allows.
+//! One HTTP/2 stream as a client of the HTTP/1.1 request loop: its request goes in as the head `render.rs` made and its body (chunked when it has no Content-Length, RFC 9113 §8.3.1), and its answer goes out as HEADERS and DATA, sent as the stream's flow-control window allows: a proxied final answer handed over as the response parser read it (`direct.rs`), an answer zgix makes itself (and a relayed 1xx, which becomes an informational HEADERS, §8.1) parsed back from the HTTP/1.1 text the loop writes (`answer.rs`; hop-by-hop fields dropped either way, §8.2.2).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
