@@ -56,6 +56,20 @@ pub(super) enum Past {
 /// Closed streams remembered.
 const RING: usize = 16;
 
+/// Emptied stream deques a thread keeps for its connections.
+const SPARE_DEQUES: usize = 16;
+
+/// The longest emptied deque kept.
+const SPARE_KEPT: usize = 256;
+
+thread_local! {
+    /// Emptied stream deques: a connection holds one only while a stream
+    /// is open, and its next burst does not grow one from nothing (a
+    /// thread-per-core server's connections share its thread's spares).
+    static SPARE: std::cell::RefCell<Vec<VecDeque<Stream>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The connection's streams.
 #[derive(Default)]
 pub(super) struct Streams {
@@ -88,10 +102,19 @@ impl Streams {
         self.open.capacity() * std::mem::size_of::<Stream>()
     }
 
-    /// Frees the vector while no stream is open.
+    /// Gives the deque up while no stream is open: to the thread's spares
+    /// (with its room, for the next connection's burst), or freed.
     pub fn shrink(&mut self) {
-        if self.open.is_empty() {
-            self.open = VecDeque::new();
+        if self.open.is_empty() && self.open.capacity() > 0 {
+            let spare = std::mem::take(&mut self.open);
+            if spare.capacity() <= SPARE_KEPT {
+                let _ = SPARE.try_with(|p| {
+                    let mut p = p.borrow_mut();
+                    if p.len() < SPARE_DEQUES {
+                        p.push(spare);
+                    }
+                });
+            }
         }
     }
 
@@ -119,6 +142,11 @@ impl Streams {
     /// Opens a stream above every other.
     pub fn insert(&mut self, s: Stream) {
         debug_assert!(self.open.back().is_none_or(|l| l.id < s.id));
+        if self.open.capacity() == 0 {
+            if let Some(spare) = SPARE.with(|p| p.borrow_mut().pop()) {
+                self.open = spare;
+            }
+        }
         self.open.push_back(s);
     }
 

@@ -21,7 +21,7 @@ enum Inner {
         sock: Sock,
         tls: Option<Box<TlsConn>>,
     },
-    H2(Box<super::h2::StreamIo>),
+    H2(super::h2::PlacedStreamIo),
 }
 
 /// TLS state of a client connection, after the handshake.
@@ -39,7 +39,7 @@ impl ClientConn {
     }
 
     /// One HTTP/2 stream as a client of its own.
-    pub(super) fn h2(io: Box<super::h2::StreamIo>) -> ClientConn {
+    pub(super) fn h2(io: super::h2::PlacedStreamIo) -> ClientConn {
         ClientConn {
             inner: Inner::H2(io),
         }

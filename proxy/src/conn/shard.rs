@@ -66,6 +66,8 @@ pub struct Shard {
     pub request_futures: crate::conn::slab::FutureSlab,
     /// Blocks the HTTP/2 streams' futures run in (see `conn::h2`).
     pub stream_futures: crate::conn::slab::FutureSlab,
+    /// Blocks the HTTP/2 streams' I/O states live in (see `conn::h2::stream`).
+    pub stream_ios: crate::conn::slab::FutureSlab,
     /// Requests being handled on this shard, all generations (see
     /// [`Shard::request_started`]); what a drain cut at its deadline.
     pub in_flight: Rc<Cell<usize>>,
@@ -154,6 +156,7 @@ impl Shard {
             exchanges_peak: Cell::new(0),
             request_futures: Default::default(),
             stream_futures: Default::default(),
+            stream_ios: Default::default(),
             in_flight: prev.map_or_else(Default::default, |p| p.in_flight.clone()),
             generation,
             newest: prev.map_or_else(Default::default, |p| p.newest.clone()),
@@ -193,6 +196,7 @@ impl Shard {
         self.exchanges.borrow_mut().clear();
         self.request_futures.trim();
         self.stream_futures.trim();
+        self.stream_ios.trim();
     }
 
     /// An upstream connection whose exchange ended cleanly, back to the

@@ -17,8 +17,8 @@ use std::ptr::NonNull;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-/// Blocks of one layout; every future run through one slab has that layout
-/// (one slab per future type).
+/// Blocks of one layout; every future run (or value placed) through one
+/// slab has that layout (one slab per type).
 pub struct FutureSlab {
     layout: Cell<Option<Layout>>,
     free: RefCell<Vec<NonNull<u8>>>,
@@ -57,18 +57,38 @@ impl FutureSlab {
     }
 
     /// As [`FutureSlab::run`], for a slab that `owner` holds (`slab` finds
-    /// it there): the future keeps the owner alive and so is `'static`, to
-    /// be boxed into a set of futures as a pointer-sized [`RunningIn`]
-    /// instead of boxing the future itself (an HTTP/2 stream's is about
-    /// 1 KiB, past the allocator's small-size cache).
+    /// it there): the future keeps the owner alive and so is `'static`, and
+    /// its type is erased behind two function pointers, so a set of futures
+    /// holds the [`RunningIn`] itself: neither the future (an HTTP/2
+    /// stream's is about 1 KiB, past the allocator's small-size cache) nor
+    /// a handle to it is boxed.
     #[inline(always)]
-    pub fn run_in<S, F: Future>(
+    pub fn run_in<S, F: Future + 'static>(
         owner: Rc<S>,
         slab: fn(&S) -> &FutureSlab,
         make: impl FnOnce() -> F,
-    ) -> RunningIn<S, F> {
+    ) -> RunningIn<S, F::Output> {
         let p = slab(&owner).place(make);
-        RunningIn { owner, slab, p }
+        RunningIn {
+            owner,
+            slab,
+            p: p.cast(),
+            poll: poll_at::<F>,
+            drop: drop_at::<F>,
+        }
+    }
+
+    /// A value `make` returns, kept in a block of a slab `owner` holds
+    /// (reused, as the futures' blocks are) for as long as the returned
+    /// [`PlacedIn`] lives: a per-request value without an allocation.
+    #[inline(always)]
+    pub fn place_in<S, T>(
+        owner: Rc<S>,
+        slab: fn(&S) -> &FutureSlab,
+        make: impl FnOnce() -> T,
+    ) -> PlacedIn<S, T> {
+        let p = slab(&owner).place(make);
+        PlacedIn { owner, slab, p }
     }
 
     /// `make`'s result written straight into an unused block (see `run`).
@@ -93,7 +113,7 @@ impl FutureSlab {
         let layout = Layout::new::<F>();
         match self.layout.get() {
             None => self.layout.set(Some(layout)),
-            Some(l) => assert_eq!(l, layout, "one future type per slab"),
+            Some(l) => assert_eq!(l, layout, "one type per slab"),
         }
         let block = match self.free.borrow_mut().pop() {
             Some(b) => b,
@@ -159,24 +179,71 @@ impl<F: Future> Drop for Running<'_, F> {
     }
 }
 
-/// A future living in a block of a slab its owner holds ([`FutureSlab::run_in`]).
-pub struct RunningIn<S, F: Future> {
+/// A future living in a block of a slab its owner holds ([`FutureSlab::run_in`]),
+/// its type erased: `poll` and `drop` are the future type's own, chosen
+/// when it was placed.
+pub struct RunningIn<S, O> {
     owner: Rc<S>,
     slab: fn(&S) -> &FutureSlab,
-    p: NonNull<F>,
+    p: NonNull<u8>,
+    poll: unsafe fn(NonNull<u8>, &mut Context<'_>) -> Poll<O>,
+    drop: unsafe fn(NonNull<u8>),
 }
 
-impl<S, F: Future> Future for RunningIn<S, F> {
-    type Output = F::Output;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // SAFETY: as for `Running`: the block's F never moves until dropped.
-        unsafe { Pin::new_unchecked(&mut *self.p.as_ptr()) }.poll(cx)
+/// Polls the `F` at `p` in place.
+///
+/// # Safety
+/// `p` holds a live `F` that never moves until it is dropped in place.
+unsafe fn poll_at<F: Future>(p: NonNull<u8>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    // SAFETY: the caller's promise.
+    unsafe { Pin::new_unchecked(&mut *p.cast::<F>().as_ptr()) }.poll(cx)
+}
+
+/// Drops the `F` at `p` in place.
+///
+/// # Safety
+/// `p` holds a live `F`, not used again.
+unsafe fn drop_at<F>(p: NonNull<u8>) {
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::drop_in_place(p.cast::<F>().as_ptr()) }
+}
+
+impl<S, O> Future for RunningIn<S, O> {
+    type Output = O;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<O> {
+        // SAFETY: as for `Running`: the block's future (of the type `poll`
+        // was made for) never moves until dropped.
+        unsafe { (self.poll)(self.p, cx) }
     }
 }
 
-impl<S, F: Future> Drop for RunningIn<S, F> {
+impl<S, O> Drop for RunningIn<S, O> {
     fn drop(&mut self) {
-        // SAFETY: the block holds a live F (written by `run_in`), dropped once here.
+        // SAFETY: the block holds a live future (written by `run_in`, of
+        // the type `drop` was made for), dropped once here.
+        unsafe { (self.drop)(self.p) };
+        (self.slab)(&self.owner).give_back(self.p);
+    }
+}
+
+/// A value living in a block of a slab its owner holds ([`FutureSlab::place_in`]).
+pub struct PlacedIn<S, T> {
+    owner: Rc<S>,
+    slab: fn(&S) -> &FutureSlab,
+    p: NonNull<T>,
+}
+
+impl<S, T> std::ops::Deref for PlacedIn<S, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the block holds a live T until `drop`.
+        unsafe { self.p.as_ref() }
+    }
+}
+
+impl<S, T> Drop for PlacedIn<S, T> {
+    fn drop(&mut self) {
+        // SAFETY: the block holds a live T (written by `place_in`), dropped once here.
         unsafe { std::ptr::drop_in_place(self.p.as_ptr()) };
         (self.slab)(&self.owner).give_back(self.p);
     }
@@ -241,6 +308,41 @@ mod tests {
         assert!(weak.upgrade().is_some(), "the future keeps its owner");
         drop(pending);
         assert!(weak.upgrade().is_none(), "and lets it go when dropped");
+    }
+
+    #[test]
+    fn a_placed_value_reuses_its_block_and_is_dropped_in_place() {
+        struct Owner {
+            slab: FutureSlab,
+        }
+        let owner = Rc::new(Owner {
+            slab: FutureSlab::default(),
+        });
+        fn slab(o: &Owner) -> &FutureSlab {
+            &o.slab
+        }
+        let dropped = Rc::new(Cell::new(0));
+        struct Value(u64, Rc<Cell<u32>>);
+        impl Drop for Value {
+            fn drop(&mut self) {
+                self.1.set(self.1.get() + 1);
+            }
+        }
+        let a = FutureSlab::place_in(owner.clone(), slab, || Value(1, dropped.clone()));
+        let b = FutureSlab::place_in(owner.clone(), slab, || Value(2, dropped.clone()));
+        assert_eq!((a.0, b.0, owner.slab.out.get()), (1, 2, 2));
+        let at = &*a as *const Value;
+        drop(a);
+        assert_eq!((dropped.get(), owner.slab.out.get()), (1, 1));
+        let c = FutureSlab::place_in(owner.clone(), slab, || Value(3, dropped.clone()));
+        assert_eq!(&*c as *const Value, at, "the freed block is reused");
+        assert_eq!(c.0, 3);
+        drop((b, c));
+        assert_eq!(dropped.get(), 3);
+        assert_eq!(
+            (owner.slab.out.get(), owner.slab.free.borrow().len()),
+            (0, 2)
+        );
     }
 
     #[test]

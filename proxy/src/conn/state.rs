@@ -367,6 +367,7 @@ pub fn trim_memory(shard: &Shard) {
     let spare = shard.exchanges_peak.replace(out).saturating_sub(out);
     shard.request_futures.trim();
     shard.stream_futures.trim();
+    shard.stream_ios.trim();
     {
         let mut pool = shard.exchanges.borrow_mut();
         while pool.len() > spare {

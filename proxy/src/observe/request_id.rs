@@ -72,6 +72,21 @@ fn next_pair() -> (u64, u64) {
     })
 }
 
+/// `x` as 8 lowercase hex digits, most significant first, the nibbles
+/// spread one to a byte and turned into digits eight at a time.
+fn hex8(x: u32) -> [u8; 8] {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    let x = u64::from(x);
+    let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    let x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // Byte k holds nibble k (the least significant first): flip for text.
+    let x = x.swap_bytes();
+    // 1 in each byte whose nibble is 10 or more ('a'..'f').
+    let letters = ((x + 6 * LO) >> 4) & LO;
+    (x + u64::from(b'0') * LO + letters * u64::from(b'a' - b'0' - 10)).to_le_bytes()
+}
+
 impl RequestId {
     /// The bytes to send and log; empty for none.
     pub fn as_bytes(&self) -> &[u8] {
@@ -103,12 +118,9 @@ impl RequestId {
 
     /// A new random 128-bit ID, 32 lowercase hex digits.
     pub fn generate(&mut self) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let (a, b) = next_pair();
-        for (half, w) in [a, b].into_iter().enumerate() {
-            for j in 0..16 {
-                self.buf[16 * half + j] = HEX[((w >> (60 - 4 * j)) & 15) as usize];
-            }
+        for (at, w) in [(0, a >> 32), (8, a), (16, b >> 32), (24, b)] {
+            self.buf[at..at + 8].copy_from_slice(&hex8(w as u32));
         }
         self.len = 32;
     }
@@ -117,6 +129,30 @@ impl RequestId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_digits_are_the_formatters() {
+        for x in [
+            0,
+            1,
+            9,
+            10,
+            15,
+            0x1234_abcd,
+            0xdead_beef,
+            0xa0b0_c0d0,
+            u32::MAX,
+        ] {
+            assert_eq!(&hex8(x), format!("{x:08x}").as_bytes(), "{x:#x}");
+        }
+        let mut id = RequestId::default();
+        id.generate();
+        let text = std::str::from_utf8(id.as_bytes()).unwrap();
+        assert_eq!(
+            u128::from_str_radix(text, 16).map(|v| format!("{v:032x}")),
+            Ok(text.to_string())
+        );
+    }
 
     #[test]
     fn generate_keep_replace_and_off() {

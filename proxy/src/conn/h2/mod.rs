@@ -26,6 +26,10 @@ mod wire;
 pub(in crate::conn) use direct::{answer_parsed, Added};
 pub use stream::StreamIo;
 
+/// A stream's I/O state in a block of the shard's `stream_ios` slab (the
+/// client side of its request loop; reused, not allocated per stream).
+pub type PlacedStreamIo = super::slab::PlacedIn<shard::Shard, StreamIo>;
+
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -39,7 +43,7 @@ use zgix_h2::server::{Config, ErrorCode, Event, Server, Stats, StreamId};
 use zgix_parser::Method;
 
 use super::client::ClientConn;
-use super::slab::FutureSlab;
+use super::slab::{FutureSlab, RunningIn};
 use super::state::{self, State};
 use super::{is_timeout, shard, Conn};
 use frames::Refusal;
@@ -196,11 +200,23 @@ fn arm(shard: Rc<shard::Shard>) -> DrainFut {
     })
 }
 
-/// A stream's future, boxed: `FuturesUnordered` keeps a stub task holding
-/// an `Option` of its future type inline, so an unboxed stream future (a
-/// few KiB) would cost its size on every idle connection. The box holds a
-/// handle to the future's block in the shard's `stream_futures` slab.
-type StreamFut = Pin<Box<dyn Future<Output = ()>>>;
+/// A stream's future: a handle to its block in the shard's
+/// `stream_futures` slab, its type erased. `FuturesUnordered` keeps a stub
+/// task holding an `Option` of its future type inline, so the stream
+/// future itself (about 1 KiB) would cost its size on every idle
+/// connection; the handle costs five words, and neither it nor the future
+/// is a per-stream allocation (the set's task for it still is).
+type StreamFut = RunningIn<shard::Shard, ()>;
+
+/// The most [`Todo`]s the shard's list keeps room for between reads.
+const TODO_KEPT: usize = 256;
+
+thread_local! {
+    /// What a read left to do, one list for the shard's connections (each
+    /// read's list is done before the loop polls anything else), so a read
+    /// of 100 requests does not grow a list of its own from nothing.
+    static TODO: std::cell::Cell<Vec<Todo>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 /// What a `recv` left to do once the codec is free again.
 enum Todo {
@@ -242,7 +258,6 @@ struct Loop {
     /// the first SETTINGS, not one per read, so a client dribbling them a
     /// byte at a time is cut at `client_header_timeout_ms`.
     handshake_by: Instant,
-    todo: Vec<Todo>,
 }
 
 impl Loop {
@@ -275,7 +290,6 @@ impl Parent<'_> {
             stats: Stats::default(),
             used: 0,
             handshake_by: self.shard.driver.now() + self.shard.rt.timeouts.client_header,
-            todo: Vec::new(),
         };
         let end = poll_fn(|cx| loop {
             let mut again = false;
@@ -341,7 +355,7 @@ impl Parent<'_> {
             lp.go_away(core);
         }
         let (shard, li) = (&self.shard, self.li);
-        let mut todo = std::mem::take(&mut lp.todo);
+        let mut todo = TODO.take();
         let r = core
             .server
             .borrow_mut()
@@ -420,10 +434,9 @@ impl Parent<'_> {
                 Todo::Release(id, n) => core.server.borrow_mut().release(id, n),
             }
         }
-        if lp.set.is_empty() {
-            todo = Vec::new();
+        if todo.capacity() <= TODO_KEPT {
+            TODO.set(todo);
         }
-        lp.todo = todo;
     }
 
     /// A stream the codec handed over: its future joins the set.
@@ -442,7 +455,7 @@ impl Parent<'_> {
             |s| &s.stream_futures,
             || self.stream(&lp.streams, core, id, n),
         );
-        lp.set.push(Box::pin(f));
+        lp.set.push(f);
     }
 
     /// The shutdown semaphore closed: a drain sends GOAWAY; a reload moves
@@ -497,19 +510,25 @@ impl Parent<'_> {
                 StreamHead::InPlace(x) => x.cl.pending() as u64,
                 StreamHead::Text => 0,
             };
-            let io = StreamIo::new(
-                shard.driver.clone(),
-                (tls, sni),
-                (core.clone(), id),
-                (n.text, n.has_body, n.chunked),
-                n.method,
+            let io = FutureSlab::place_in(
+                shard.clone(),
+                |s| &s.stream_ios,
+                || {
+                    StreamIo::new(
+                        shard.driver.clone(),
+                        (tls, sni),
+                        (core.clone(), id),
+                        (n.text, n.has_body, n.chunked),
+                        n.method,
+                    )
+                },
             );
             io.rx.set(rx);
             io.write_timeout.set(Some(shard.rt.timeouts.client_idle));
             let mut conn = Conn {
                 shard,
                 li,
-                client: ClientConn::h2(Box::new(io)),
+                client: ClientConn::h2(io),
                 peer,
                 ip,
                 id: conn_id,

@@ -1,6 +1,7 @@
 //! What one HTTP/2 connection's streams share with it: the codec (`zgix_h2::server::Server`, RFC 9113) and a slot per stream being served — the request body bytes received and not yet read (bounded by the stream's window, §6.9: they are released only as the request loop reads them), whether the request ended or the stream was reset (§5.1), and the wakers of the stream's waits (body bytes, send window, reset, the write backlog).
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};
 
 use zgix_h2::server::{Server, StreamId};
@@ -53,10 +54,37 @@ fn wake(w: &mut Option<Waker>) {
     }
 }
 
+/// Emptied slot lists a shard keeps for its connections' next streams.
+const SPARE_LISTS: usize = 16;
+
+/// The longest emptied slot list kept.
+const SPARE_KEPT: usize = 256;
+
+thread_local! {
+    /// Emptied slot lists, kept with their room: a connection holds one
+    /// only while a stream is open (an idle connection holds none), and its
+    /// next burst of streams does not grow one from nothing.
+    static SPARE: RefCell<Vec<VecDeque<Slot>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where stream `id`'s slot is (or would go) in the sorted list.
+#[inline]
+fn find(s: &VecDeque<Slot>, id: StreamId) -> Result<usize, usize> {
+    // The newest stream and the oldest are the likeliest.
+    match (s.front(), s.back()) {
+        (_, Some(l)) if l.id == id => Ok(s.len() - 1),
+        (_, Some(l)) if l.id < id => Err(s.len()),
+        (Some(f), _) if f.id == id => Ok(0),
+        _ => s.binary_search_by_key(&id, |x| x.id),
+    }
+}
+
 /// The codec and the streams' slots (see the module docs).
 pub(super) struct Core {
     pub server: RefCell<Server>,
-    slots: RefCell<Vec<Slot>>,
+    /// Sorted by stream id (client ids only grow, RFC 9113 §5.1.1); a
+    /// deque, since streams mostly end in the order they began.
+    slots: RefCell<VecDeque<Slot>>,
     /// Streams waiting for the backlog to be written.
     drained: RefCell<Vec<Waker>>,
     /// The connection is over: every wait ends.
@@ -67,7 +95,7 @@ impl Core {
     pub fn new(server: Server) -> Core {
         Core {
             server: RefCell::new(server),
-            slots: RefCell::new(Vec::new()),
+            slots: RefCell::new(VecDeque::new()),
             drained: RefCell::new(Vec::new()),
             over: Cell::new(false),
         }
@@ -75,12 +103,20 @@ impl Core {
 
     fn with<R>(&self, id: StreamId, f: impl FnOnce(&mut Slot) -> R) -> Option<R> {
         let mut s = self.slots.borrow_mut();
-        s.iter_mut().find(|s| s.id == id).map(f)
+        let at = find(&s, id).ok()?;
+        s.get_mut(at).map(f)
     }
 
     /// A new stream's slot; `ended`: the request has no body.
     pub fn open(&self, id: StreamId, ended: bool) {
-        self.slots.borrow_mut().push(Slot {
+        let mut s = self.slots.borrow_mut();
+        if s.capacity() == 0 {
+            if let Some(spare) = SPARE.with(|p| p.borrow_mut().pop()) {
+                *s = spare;
+            }
+        }
+        debug_assert!(s.back().is_none_or(|l| l.id < id));
+        s.push_back(Slot {
             id,
             data: Vec::new(),
             ended,
@@ -95,12 +131,19 @@ impl Core {
     /// The stream is done with; an idle connection keeps no slots.
     pub fn close(&self, id: StreamId) {
         let mut s = self.slots.borrow_mut();
-        if let Some(at) = s.iter().position(|s| s.id == id) {
-            let slot = s.swap_remove(at);
+        if let Some(slot) = find(&s, id).ok().and_then(|at| s.remove(at)) {
             super::stream::put_request_buffer(slot.data);
         }
-        if s.is_empty() {
-            *s = Vec::new();
+        if s.is_empty() && s.capacity() > 0 {
+            let list = std::mem::take(&mut *s);
+            if list.capacity() <= SPARE_KEPT {
+                let _ = SPARE.try_with(|p| {
+                    let mut p = p.borrow_mut();
+                    if p.len() < SPARE_LISTS {
+                        p.push(list);
+                    }
+                });
+            }
         }
     }
 
@@ -126,7 +169,6 @@ impl Core {
         });
     }
 
-    /// The stream was reset: every wait on it ends.
     /// The stream was reset (by the client, or by the codec for its error).
     pub fn is_reset(&self, id: StreamId) -> bool {
         self.with(id, |s| s.reset).unwrap_or(true)
@@ -143,10 +185,14 @@ impl Core {
 
     /// A send window opened: the stream's, or every stream's (`None`).
     pub fn window_open(&self, id: Option<StreamId>) {
-        let mut slots = self.slots.borrow_mut();
-        for s in slots.iter_mut() {
-            if id.is_none_or(|id| id == s.id) {
-                wake(&mut s.writer);
+        match id {
+            Some(id) => {
+                self.with(id, |s| wake(&mut s.writer));
+            }
+            None => {
+                for s in self.slots.borrow_mut().iter_mut() {
+                    wake(&mut s.writer);
+                }
             }
         }
     }
