@@ -368,6 +368,7 @@ pub fn trim_memory(shard: &Shard) {
     shard.request_futures.trim();
     shard.stream_futures.trim();
     shard.stream_ios.trim();
+    shard.driver.trim();
     {
         let mut pool = shard.exchanges.borrow_mut();
         while pool.len() > spare {

@@ -663,6 +663,14 @@ impl Driver {
         self.pipes_out.get()
     }
 
+    /// Frees the send chunks the last second's peak did not need (uring;
+    /// the shard's memory trim calls it).
+    pub fn trim(&self) {
+        if let Backend::Uring(r) = &self.backend {
+            r.trim();
+        }
+    }
+
     /// Provided buffers currently held by sockets (uring; 0 for epoll).
     pub fn buffers_held(&self) -> usize {
         match &self.backend {

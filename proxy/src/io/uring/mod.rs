@@ -550,6 +550,11 @@ impl Ring {
         self.held.get()
     }
 
+    /// Frees the send chunks the last interval's peak did not need.
+    pub(in crate::io) fn trim(&self) {
+        self.sends.trim();
+    }
+
     /// Send chunks idle in the pool (tests: a copied send leaves one).
     #[cfg(test)]
     pub(in crate::io) fn chunks_idle(&self) -> usize {
