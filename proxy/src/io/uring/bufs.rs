@@ -228,3 +228,33 @@ impl BufRing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_send_pool_keeps_what_was_out_at_once_until_an_idle_trim() {
+        let pool = SendPool::default();
+        let idle = |p: &SendPool| p.idle[0].borrow().len();
+        // One read's worth of upstream sends at once: 100 small chunks.
+        let chunks: Vec<Chunk> = (0..100)
+            .map(|_| pool.fill(b"GET / HTTP/1.1\r\n\r\n"))
+            .collect();
+        assert_eq!(pool.out[0].get(), 100);
+        for c in chunks {
+            pool.give(c);
+        }
+        assert_eq!(idle(&pool), 100, "every chunk of the burst is kept");
+        // The next burst takes them all: nothing is allocated.
+        let again: Vec<Chunk> = (0..100).map(|_| pool.fill(b"x")).collect();
+        assert_eq!(idle(&pool), 0);
+        for c in again {
+            pool.give(c);
+        }
+        pool.trim();
+        assert_eq!(idle(&pool), 100, "the interval's peak keeps its chunks");
+        pool.trim();
+        assert_eq!(idle(&pool), POOLED, "an idle interval trims to the floor");
+    }
+}
