@@ -273,17 +273,20 @@ mod tests {
         assert_eq!(slab.free.borrow().len(), 0, "an idle interval frees it");
     }
 
+    /// What holds a slab in the `run_in` and `place_in` tests.
+    struct Owner {
+        slab: FutureSlab,
+    }
+
+    fn slab(o: &Owner) -> &FutureSlab {
+        &o.slab
+    }
+
     #[test]
     fn a_future_run_in_an_owned_slab_returns_its_block_however_it_ends() {
-        struct Owner {
-            slab: FutureSlab,
-        }
         let owner = Rc::new(Owner {
             slab: FutureSlab::default(),
         });
-        fn slab(o: &Owner) -> &FutureSlab {
-            &o.slab
-        }
         // One future type per slab (and not zero-sized): done or never.
         async fn wait(x: u64, done: bool) -> u64 {
             if !done {
@@ -312,15 +315,9 @@ mod tests {
 
     #[test]
     fn a_placed_value_reuses_its_block_and_is_dropped_in_place() {
-        struct Owner {
-            slab: FutureSlab,
-        }
         let owner = Rc::new(Owner {
             slab: FutureSlab::default(),
         });
-        fn slab(o: &Owner) -> &FutureSlab {
-            &o.slab
-        }
         let dropped = Rc::new(Cell::new(0));
         struct Value(u64, Rc<Cell<u32>>);
         impl Drop for Value {

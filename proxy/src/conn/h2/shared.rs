@@ -305,3 +305,41 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(id: u32) -> Slot {
+        Slot {
+            id,
+            data: Vec::new(),
+            ended: false,
+            reset: false,
+            answered: false,
+            reader: None,
+            writer: None,
+            on_reset: None,
+        }
+    }
+
+    #[test]
+    fn slots_are_found_by_id_whichever_order_streams_end_in() {
+        let mut s: VecDeque<Slot> = (0..100).map(|k| slot(2 * k + 1)).collect();
+        for k in 0..100 {
+            assert_eq!(find(&s, 2 * k + 1), Ok(k as usize));
+        }
+        // Ends out of order: the middle, the oldest, the newest.
+        for id in [101, 1, 199, 57, 143] {
+            let at = find(&s, id).unwrap();
+            assert_eq!(s.remove(at).map(|x| x.id), Some(id));
+            assert!(find(&s, id).is_err(), "{id} is gone");
+        }
+        for (at, x) in s.iter().enumerate() {
+            assert_eq!(find(&s, x.id), Ok(at));
+        }
+        // A new stream's id is above every open one: its place is the end.
+        assert_eq!(find(&s, 201), Err(s.len()));
+        assert!(find(&VecDeque::new(), 1).is_err());
+    }
+}
