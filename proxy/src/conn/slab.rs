@@ -1,4 +1,4 @@
-//! Reused heap blocks for the request-handling future, so an idle connection's task holds only its small idle state.
+//! Reused heap blocks for the request-handling future (and other per-request values), so an idle connection's task holds only its small idle state.
 //!
 //! An async fn's future is as large as its largest state: the connection
 //! task would carry the whole forward-and-stream machinery (about 2 KB)
@@ -6,7 +6,9 @@
 //! in a block from this per-shard slab keeps the task small, and reusing the
 //! blocks keeps the request path free of allocation: a block is allocated
 //! only when more requests are in flight at once than ever before (trimmed
-//! back once a second, like the request states).
+//! back once a second, like the request states). The same blocks hold other
+//! per-request values that would otherwise be allocated each time (an
+//! HTTP/2 stream's I/O state, [`FutureSlab::place_in`]).
 
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
